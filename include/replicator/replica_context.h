@@ -1,0 +1,190 @@
+// ReplicaContext: what a step function sees of its replica — its ids, and the collectives.
+//
+// Every collective BLOCKS until all replicas of the Replicator have made the same call (or
+// until its deadline), and every replica must issue the same collectives in the same order
+// with the same dtype, element count, root and reduce op. Each throws:
+//   InvalidArgument     a local argument is wrong (sizes, root, pairs); thrown before any
+//                       communication, so peers see this replica fail and get Aborted;
+//   CollectiveMismatch  replicas called different collectives here (raised on every replica,
+//                       naming the sequence number and each replica's call);
+//   Timeout             the deadline passed (raised on every waiting replica, naming the
+//                       replicas that never arrived);
+//   Aborted             another replica failed; this one is released.
+// Results are bitwise identical on every replica. Reductions combine the replicas' values
+// in a canonical pairwise tree over replica ids (the same for any thread timing), and
+// 16-bit floats accumulate in f32 and round once. Integer sums and products wrap.
+// A ReplicaContext is used only by the thread running its replica.
+#pragma once
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <ranges>
+#include <span>
+#include <utility>
+
+#include "replicator/dtype.h"
+
+namespace replicator {
+
+using Deadline = std::optional<std::chrono::milliseconds>;  // empty: Config::timeout
+
+struct ReduceOptions {
+  ReduceOp op = ReduceOp::kSum;
+  Deadline timeout;
+};
+
+struct BroadcastOptions {
+  int root = 0;  // global replica id whose data every replica receives
+  Deadline timeout;
+};
+
+struct CollectiveOptions {
+  Deadline timeout;
+};
+
+// A (source, destination) pair of global replica ids for permute.
+using PermutePair = std::pair<int, int>;
+
+namespace detail {
+
+class LocalGroup;
+class WorkerPool;
+
+enum class OpKind : std::uint8_t {
+  kAllReduce,
+  kAllGather,
+  kBroadcast,
+  kReduceScatter,
+  kAllToAll,
+  kPermute,
+  kBarrier,
+  kEndStep,  // a replica's step function returned
+};
+
+// One collective call, type-erased. In-place ops (all_reduce, broadcast) use `buffers`;
+// the others use `input`/`output`.
+struct Call {
+  OpKind kind = OpKind::kBarrier;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  std::span<const Buffer> buffers;
+  Buffer input;
+  Buffer output;
+  std::span<const PermutePair> pairs;
+  Deadline timeout;
+};
+
+template <typename Range>
+concept ElementRange = std::ranges::contiguous_range<Range> && std::ranges::sized_range<Range> &&
+                       kIsElement<std::remove_cv_t<std::ranges::range_value_t<Range>>>;
+
+template <ElementRange Range>
+Buffer as_buffer(Range&& range) {
+  using T = std::remove_cv_t<std::ranges::range_value_t<Range>>;
+  return Buffer{const_cast<T*>(std::ranges::data(range)), std::ranges::size(range), dtype_of<T>()};
+}
+
+}  // namespace detail
+
+class ReplicaContext {
+ public:
+  int replica_id() const { return replica_id_; }        // global id, 0..R-1
+  int num_replicas() const { return num_replicas_; }    // R, over all processes
+  int local_replica_id() const { return local_id_; }    // 0..L-1 within this process
+  int num_local_replicas() const { return num_local_; }  // L
+  // Number of collectives this replica has issued in the current run.
+  std::uint64_t sequence() const { return sequence_; }
+
+  // Combines `data` over all replicas with `op` and writes the result into `data` on every
+  // replica.
+  template <detail::ElementRange Range>
+  void all_reduce(Range&& data, const ReduceOptions& options = {}) {
+    const Buffer buffer = detail::as_buffer(data);
+    all_reduce(std::span<const Buffer>(&buffer, 1), options);
+  }
+  // Fused form: one collective over many buffers (dtypes may differ). Every replica passes
+  // the same list of (dtype, count).
+  void all_reduce(std::span<const Buffer> buffers, const ReduceOptions& options = {});
+
+  // output = concatenation of every replica's input in replica-id order;
+  // output.size() == input.size() * num_replicas().
+  template <detail::ElementRange In, detail::ElementRange Out>
+  void all_gather(In&& input, Out&& output, const CollectiveOptions& options = {}) {
+    call({.kind = detail::OpKind::kAllGather,
+          .input = detail::as_buffer(input),
+          .output = detail::as_buffer(output),
+          .timeout = options.timeout});
+  }
+
+  // Copies the root replica's `data` into `data` on every replica.
+  template <detail::ElementRange Range>
+  void broadcast(Range&& data, const BroadcastOptions& options = {}) {
+    const Buffer buffer = detail::as_buffer(data);
+    broadcast(std::span<const Buffer>(&buffer, 1), options);
+  }
+  // Fused form: one collective over many buffers.
+  void broadcast(std::span<const Buffer> buffers, const BroadcastOptions& options = {});
+
+  // Reduces `input` (num_replicas() blocks of output.size()) over replicas; replica r
+  // receives block r of the result in `output`.
+  template <detail::ElementRange In, detail::ElementRange Out>
+  void reduce_scatter(In&& input, Out&& output, const ReduceOptions& options = {}) {
+    call({.kind = detail::OpKind::kReduceScatter,
+          .op = options.op,
+          .input = detail::as_buffer(input),
+          .output = detail::as_buffer(output),
+          .timeout = options.timeout});
+  }
+
+  // `input` and `output` hold num_replicas() equal blocks; block j of replica r's input
+  // becomes block r of replica j's output.
+  template <detail::ElementRange In, detail::ElementRange Out>
+  void all_to_all(In&& input, Out&& output, const CollectiveOptions& options = {}) {
+    call({.kind = detail::OpKind::kAllToAll,
+          .input = detail::as_buffer(input),
+          .output = detail::as_buffer(output),
+          .timeout = options.timeout});
+  }
+
+  // For each (source, destination) pair, the destination's `output` receives the source's
+  // `input`; a replica that is no pair's destination gets zeros. Every replica passes the
+  // same pairs; each replica is the source of at most one pair and the destination of at
+  // most one pair.
+  template <detail::ElementRange In, detail::ElementRange Out>
+  void permute(In&& input, Out&& output, std::span<const PermutePair> pairs,
+               const CollectiveOptions& options = {}) {
+    call({.kind = detail::OpKind::kPermute,
+          .input = detail::as_buffer(input),
+          .output = detail::as_buffer(output),
+          .pairs = pairs,
+          .timeout = options.timeout});
+  }
+
+  // Returns once every replica has called barrier.
+  void barrier(const CollectiveOptions& options = {});
+
+ private:
+  friend class Replicator;
+  friend class detail::LocalGroup;
+  friend class detail::WorkerPool;
+  ReplicaContext(detail::LocalGroup* group, int replica_id, int num_replicas, int local_id,
+                 int num_local)
+      : group_(group),
+        replica_id_(replica_id),
+        num_replicas_(num_replicas),
+        local_id_(local_id),
+        num_local_(num_local) {}
+  void call(const detail::Call& call);
+
+  detail::LocalGroup* group_;
+  int replica_id_;
+  int num_replicas_;
+  int local_id_;
+  int num_local_;
+  std::uint64_t sequence_ = 0;
+};
+
+}  // namespace replicator

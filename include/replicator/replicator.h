@@ -1,0 +1,123 @@
+// Replicator: runs the step function of ONE replica on every replica (SPMD).
+//
+//   replicator::Replicator repl(replicator::Config::from_env());
+//   auto loss = repl.run([&](replicator::ReplicaContext& ctx) {
+//     ...; ctx.all_reduce(grads, {.op = replicator::ReduceOp::kMean}); ...; return l;
+//   });
+//   float mean = repl.reduce(replicator::ReduceOp::kMean, loss);
+//
+// The replicas are persistent threads made by the constructor. Two Replicators are
+// independent. A Replicator is driven from one thread at a time: run, per_replica and
+// reduce are not to be called concurrently on the same Replicator, nor from a step.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "replicator/config.h"
+#include "replicator/dtype.h"
+#include "replicator/errors.h"
+#include "replicator/per_replica.h"
+#include "replicator/replica_context.h"
+
+namespace replicator {
+
+namespace detail {
+class LocalGroup;
+class WorkerPool;
+class ReduceScratch;
+
+// A non-owning reference to a callable taking ReplicaContext&.
+struct StepRef {
+  void* object;
+  void (*invoke)(void* object, ReplicaContext& ctx);
+};
+}  // namespace detail
+
+class Replicator {
+ public:
+  // Starts config.local_replicas replica threads. Throws ConfigError on a bad config.
+  explicit Replicator(Config config = Config{});
+  // Stops and joins the replica threads. Not to be called while run() is in progress.
+  ~Replicator();
+  Replicator(const Replicator&) = delete;
+  Replicator& operator=(const Replicator&) = delete;
+
+  int num_replicas() const;
+  int num_local_replicas() const;
+  const Config& config() const { return config_; }
+
+  // Runs fn(ReplicaContext&) once on every local replica and blocks until all return.
+  // Returns one result per local replica (PerReplica<void> for a void step).
+  // If a step throws, the other replicas are released from their collectives with
+  // Aborted, and run rethrows the FIRST failure: a replicator::Error keeps its type, with
+  // replica() set; any other exception is wrapped in ReplicaFailed. The Replicator stays
+  // usable for the next run. A replica that returns while its peers wait in a
+  // collective makes them raise CollectiveMismatch. run cannot interrupt user code that
+  // never returns or calls a collective.
+  template <typename Fn>
+  auto run(Fn&& fn) -> PerReplica<std::invoke_result_t<Fn&, ReplicaContext&>> {
+    using R = std::invoke_result_t<Fn&, ReplicaContext&>;
+    if constexpr (std::is_void_v<R>) {
+      auto body = [&fn](ReplicaContext& ctx) { fn(ctx); };
+      run_erased(ref(body));
+      return PerReplica<void>(num_local_replicas());
+    } else {
+      std::vector<std::optional<R>> slots(static_cast<std::size_t>(num_local_replicas()));
+      auto body = [&fn, &slots](ReplicaContext& ctx) {
+        slots[static_cast<std::size_t>(ctx.local_replica_id())].emplace(fn(ctx));
+      };
+      run_erased(ref(body));
+      std::deque<R> values;
+      for (auto& slot : slots) values.push_back(std::move(*slot));
+      return PerReplica<R>(std::move(values));
+    }
+  }
+
+  // Builds per-replica state: calls factory(ReplicaContext&) (or factory()) on each
+  // replica's own thread, so its memory is first touched there. Blocks; throws as run.
+  template <typename Factory>
+  auto per_replica(Factory&& factory) {
+    if constexpr (std::is_invocable_v<Factory&, ReplicaContext&>) {
+      return run(factory);
+    } else {
+      return run([&factory](ReplicaContext&) { return factory(); });
+    }
+  }
+
+  // Combines one value per replica with `op` over ALL replicas, in the same canonical tree
+  // order as the collectives. T is an element type (float, double, int32_t, int64_t,
+  // uint8_t, bfloat16, float16). Throws InvalidArgument if `values` does not hold one value
+  // per local replica. Does not block on other replicas in a one-process job.
+  template <typename T>
+  T reduce(ReduceOp op, const PerReplica<T>& values) const {
+    static_assert(kIsElement<T>, "reduce takes a PerReplica of an element type");
+    check_reduce_size(values.size());
+    std::vector<const void*> inputs;
+    for (const T& v : values) inputs.push_back(&v);
+    T out{};
+    reduce_erased(op, dtype_of<T>(), inputs.data(), &out);
+    return out;
+  }
+
+ private:
+  template <typename F>
+  static detail::StepRef ref(F& f) {
+    return {&f, [](void* o, ReplicaContext& ctx) { (*static_cast<F*>(o))(ctx); }};
+  }
+  void run_erased(detail::StepRef step);
+  void check_reduce_size(int size) const;
+  // out = tree(op, inputs[0..L)), one element of `dtype` each.
+  void reduce_erased(ReduceOp op, DType dtype, const void* const* inputs, void* out) const;
+
+  Config config_;
+  std::unique_ptr<detail::LocalGroup> group_;
+  std::unique_ptr<detail::WorkerPool> pool_;
+  std::unique_ptr<detail::ReduceScratch> reduce_scratch_;  // for reduce(), made once
+};
+
+}  // namespace replicator

@@ -1,0 +1,193 @@
+#include "src/collectives/reduce_kernel.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+namespace replicator::detail {
+namespace {
+
+template <typename T>
+struct AccumulatorOf {
+  using type = T;
+};
+template <>
+struct AccumulatorOf<bfloat16> {
+  using type = float;
+};
+template <>
+struct AccumulatorOf<float16> {
+  using type = float;
+};
+template <typename T>
+using Acc = typename AccumulatorOf<T>::type;
+
+template <typename T>
+inline Acc<T> load(T x) {
+  if constexpr (std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>) {
+    return static_cast<float>(x);
+  } else {
+    return x;
+  }
+}
+
+template <typename T>
+inline T store(Acc<T> x) {
+  if constexpr (std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>) {
+    return T(x);
+  } else {
+    return x;
+  }
+}
+
+// Integer arithmetic wraps (done in the unsigned type, so it is defined behaviour).
+template <ReduceOp Op, typename A>
+inline A combine(A a, A b) {
+  if constexpr (Op == ReduceOp::kSum || Op == ReduceOp::kMean || Op == ReduceOp::kProd) {
+    if constexpr (std::is_integral_v<A>) {
+      using U = std::make_unsigned_t<A>;
+      if constexpr (Op == ReduceOp::kProd) {
+        return static_cast<A>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+      } else {
+        return static_cast<A>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+      }
+    } else if constexpr (Op == ReduceOp::kProd) {
+      return a * b;
+    } else {
+      return a + b;
+    }
+  } else if constexpr (Op == ReduceOp::kMin) {
+    if constexpr (std::is_floating_point_v<A>) {
+      return (a < b || a != a) ? a : b;  // NaN wins
+    } else {
+      return a < b ? a : b;
+    }
+  } else {
+    if constexpr (std::is_floating_point_v<A>) {
+      return (a > b || a != a) ? a : b;
+    } else {
+      return a > b ? a : b;
+    }
+  }
+}
+
+template <typename T, ReduceOp Op>
+void tree_reduce_typed(const void* const* inputs, int n, void* const* outputs, int num_outputs,
+                       std::size_t count, std::size_t divisor, ReduceScratch& scratch) {
+  using A = Acc<T>;
+  constexpr std::size_t kBlock = ReduceScratch::kBlock;
+  A* const levels = scratch.levels<A>();
+  int sizes[64];
+  for (std::size_t base = 0; base < count; base += kBlock) {
+    const std::size_t m = std::min(kBlock, count - base);
+    int depth = 0;
+    for (int j = 0; j < n; ++j) {
+      const T* __restrict x = static_cast<const T*>(inputs[j]) + base;
+      if (depth > 0 && sizes[depth - 1] == 1) {
+        A* __restrict top = levels + static_cast<std::size_t>(depth - 1) * kBlock;
+        for (std::size_t i = 0; i < m; ++i) top[i] = combine<Op>(top[i], load(x[i]));
+        sizes[depth - 1] = 2;
+      } else {
+        A* __restrict top = levels + static_cast<std::size_t>(depth) * kBlock;
+        for (std::size_t i = 0; i < m; ++i) top[i] = load(x[i]);
+        sizes[depth++] = 1;
+      }
+      while (depth >= 2 && sizes[depth - 1] == sizes[depth - 2]) {
+        A* __restrict left = levels + static_cast<std::size_t>(depth - 2) * kBlock;
+        const A* __restrict right = levels + static_cast<std::size_t>(depth - 1) * kBlock;
+        for (std::size_t i = 0; i < m; ++i) left[i] = combine<Op>(left[i], right[i]);
+        sizes[depth - 2] *= 2;
+        --depth;
+      }
+    }
+    // Leftover subtrees of decreasing size combine right to left.
+    while (depth >= 2) {
+      A* __restrict left = levels + static_cast<std::size_t>(depth - 2) * kBlock;
+      const A* __restrict right = levels + static_cast<std::size_t>(depth - 1) * kBlock;
+      for (std::size_t i = 0; i < m; ++i) left[i] = combine<Op>(left[i], right[i]);
+      --depth;
+    }
+    A* __restrict result = levels;
+    if constexpr (Op == ReduceOp::kMean) {
+      if constexpr (std::is_integral_v<A>) {
+        const auto d = static_cast<A>(divisor);
+        for (std::size_t i = 0; i < m; ++i) result[i] = static_cast<A>(result[i] / d);
+      } else {
+        const auto d = static_cast<A>(divisor);
+        for (std::size_t i = 0; i < m; ++i) result[i] = result[i] / d;
+      }
+    }
+    for (int k = 0; k < num_outputs; ++k) {
+      T* __restrict out = static_cast<T*>(outputs[k]) + base;
+      if constexpr (std::is_same_v<T, A>) {
+        std::memcpy(out, result, m * sizeof(T));
+      } else {
+        for (std::size_t i = 0; i < m; ++i) out[i] = store<T>(result[i]);
+      }
+    }
+  }
+}
+
+template <typename T>
+void dispatch_op(ReduceOp op, const void* const* inputs, int n, void* const* outputs,
+                 int num_outputs, std::size_t count, std::size_t divisor, ReduceScratch& scratch) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return tree_reduce_typed<T, ReduceOp::kSum>(inputs, n, outputs, num_outputs, count, divisor,
+                                                  scratch);
+    case ReduceOp::kMean:
+      return tree_reduce_typed<T, ReduceOp::kMean>(inputs, n, outputs, num_outputs, count, divisor,
+                                                   scratch);
+    case ReduceOp::kMin:
+      return tree_reduce_typed<T, ReduceOp::kMin>(inputs, n, outputs, num_outputs, count, divisor,
+                                                  scratch);
+    case ReduceOp::kMax:
+      return tree_reduce_typed<T, ReduceOp::kMax>(inputs, n, outputs, num_outputs, count, divisor,
+                                                  scratch);
+    case ReduceOp::kProd:
+      return tree_reduce_typed<T, ReduceOp::kProd>(inputs, n, outputs, num_outputs, count, divisor,
+                                                   scratch);
+  }
+}
+
+std::size_t scratch_bytes(int max_inputs) {
+  // A binary-counter stack over n inputs holds at most bit_width(n) + 1 blocks.
+  const auto levels = std::bit_width(static_cast<unsigned>(std::max(max_inputs, 1))) + 1;
+  return static_cast<std::size_t>(levels) * ReduceScratch::kBlock * sizeof(double);
+}
+
+}  // namespace
+
+ReduceScratch::ReduceScratch(int max_inputs)
+    : max_inputs_(max_inputs), memory_(new std::byte[scratch_bytes(max_inputs)]) {
+  std::memset(memory_.get(), 0, scratch_bytes(max_inputs));  // fault pages in now, once
+}
+
+void tree_reduce(ReduceOp op, DType dtype, const void* const* inputs, int n, void* const* outputs,
+                 int num_outputs, std::size_t count, std::size_t divisor, ReduceScratch& scratch) {
+  if (count == 0 || num_outputs == 0) return;
+  switch (dtype) {
+    case DType::kF32:
+      return dispatch_op<float>(op, inputs, n, outputs, num_outputs, count, divisor, scratch);
+    case DType::kF64:
+      return dispatch_op<double>(op, inputs, n, outputs, num_outputs, count, divisor, scratch);
+    case DType::kBF16:
+      return dispatch_op<bfloat16>(op, inputs, n, outputs, num_outputs, count, divisor, scratch);
+    case DType::kF16:
+      return dispatch_op<float16>(op, inputs, n, outputs, num_outputs, count, divisor, scratch);
+    case DType::kI32:
+      return dispatch_op<std::int32_t>(op, inputs, n, outputs, num_outputs, count, divisor,
+                                       scratch);
+    case DType::kI64:
+      return dispatch_op<std::int64_t>(op, inputs, n, outputs, num_outputs, count, divisor,
+                                       scratch);
+    case DType::kU8:
+      return dispatch_op<std::uint8_t>(op, inputs, n, outputs, num_outputs, count, divisor,
+                                       scratch);
+  }
+}
+
+}  // namespace replicator::detail

@@ -1,0 +1,228 @@
+#include "src/core/local_group.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "replicator/errors.h"
+
+namespace replicator::detail {
+namespace {
+
+// Staging area per replica and parity: the staged (one-barrier) path is taken up to this
+// size; beyond it the direct path's 2·R·S traffic wins over the staged path's R²·S.
+constexpr std::size_t kStagingBytes = 64 * 1024;
+
+std::size_t staged_threshold(int n) {
+  return std::min<std::size_t>(kStagingBytes, 256 * 1024 / static_cast<std::size_t>(n));
+}
+
+std::string replica_list(const std::vector<int>& ids) {
+  std::string s;
+  for (std::size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
+  return s;
+}
+
+}  // namespace
+
+struct LocalGroup::Slot {
+  Slot(int n, std::size_t staging_bytes) : scratch(n), in_ptrs(n), out_ptrs(n) {
+    for (auto& area : staging) {
+      area.reset(new std::byte[staging_bytes]);
+      std::memset(area.get(), 0, staging_bytes);  // fault the pages in once, now
+    }
+  }
+
+  // Published to peers (read by them between the barrier and the next phase).
+  Descriptor desc[2];                         // by parity of the sequence number
+  std::unique_ptr<std::byte[]> staging[2];    // by parity of the sequence number
+  alignas(64) std::atomic<std::uint64_t> arrived_phase{0};
+
+  // Owned by the replica's thread.
+  alignas(64) std::uint64_t phase = 0;
+  ReduceScratch scratch;
+  std::vector<const Descriptor*> calls[2];  // calls[p][j] = &slot j's desc[p]
+  std::vector<std::byte*> staging_of[2];    // staging_of[p][j] = slot j's staging[p]
+  std::vector<const void*> in_ptrs;
+  std::vector<void*> out_ptrs;
+};
+
+LocalGroup::LocalGroup(int num_replicas, std::chrono::milliseconds timeout,
+                       std::chrono::microseconds spin)
+    : n_(num_replicas),
+      timeout_(timeout),
+      // Spinning only pays when every replica (and the driving thread) has a core.
+      spin_(static_cast<unsigned>(num_replicas) < std::max(1u, std::thread::hardware_concurrency()) + 1
+                ? spin
+                : std::chrono::microseconds(0)),
+      staging_capacity_(staged_threshold(num_replicas)) {
+  slots_.reserve(static_cast<std::size_t>(n_));
+  for (int j = 0; j < n_; ++j) slots_.push_back(std::make_unique<Slot>(n_, staging_capacity_));
+  for (auto& slot : slots_) {
+    for (int p = 0; p < 2; ++p) {
+      for (auto& peer : slots_) {
+        slot->calls[p].push_back(&peer->desc[p]);
+        slot->staging_of[p].push_back(peer->staging[p].get());
+      }
+    }
+  }
+}
+
+LocalGroup::~LocalGroup() = default;
+
+void LocalGroup::collective(int me, std::uint64_t sequence, const Call& call) {
+  Slot& slot = *slots_[static_cast<std::size_t>(me)];
+  const Descriptor d = describe_call(call, sequence, n_);
+  if (n_ == 1) return run_single(d, slot.scratch);
+
+  const std::chrono::milliseconds timeout = call.timeout.value_or(timeout_);
+  if (timeout.count() <= 0) {
+    throw InvalidArgument(std::string(op_name(d.kind)) + ": timeout must be positive, got " +
+                          std::to_string(timeout.count()) + "ms");
+  }
+  const auto deadline = Waiter::Clock::now() + timeout;
+  const int parity = static_cast<int>(sequence & 1);
+  const Path path = choose_path(d, me, staging_capacity_);
+  if (path == Path::kStaged) stage(d, me, slot.staging[parity].get());
+  slot.desc[parity] = d;
+
+  arrive_and_wait(me, d, deadline, timeout);
+  const std::span<const Descriptor* const> calls(slot.calls[parity]);
+  check_match(me, d, calls);
+
+  const Peers peers{.me = me,
+                    .n = n_,
+                    .path = path,
+                    .calls = calls,
+                    .staging = slot.staging_of[parity],
+                    .scratch = &slot.scratch,
+                    .in_ptrs = slot.in_ptrs,
+                    .out_ptrs = slot.out_ptrs};
+  switch (d.kind) {
+    case OpKind::kAllReduce: all_reduce(peers); break;
+    case OpKind::kBroadcast: broadcast(peers); break;
+    case OpKind::kAllGather: all_gather(peers); break;
+    case OpKind::kReduceScatter: reduce_scatter(peers); break;
+    case OpKind::kAllToAll: all_to_all(peers); break;
+    case OpKind::kPermute: permute(peers); break;
+    case OpKind::kBarrier:
+    case OpKind::kEndStep: break;
+  }
+  if (path == Path::kDirect) arrive_and_wait(me, d, deadline, timeout);
+}
+
+void LocalGroup::arrive_and_wait(int me, const Descriptor& d, Waiter::Clock::time_point deadline,
+                                 std::chrono::milliseconds timeout) {
+  Slot& slot = *slots_[static_cast<std::size_t>(me)];
+  const std::uint64_t phase = ++slot.phase;
+  slot.arrived_phase.store(phase, std::memory_order_relaxed);
+  const std::uint64_t target = phase * static_cast<std::uint64_t>(n_);
+  const std::uint64_t now = arrivals_.fetch_add(1, std::memory_order_acq_rel) + 1;
+  if (now & kPoison) throw_poisoned(me);
+  if (now == target) {
+    waiter_.notify();
+    return;
+  }
+  for (;;) {
+    waiter_.wait(
+        [&] {
+          const std::uint64_t a = arrivals_.load(std::memory_order_acquire);
+          return (a & kPoison) != 0 || a >= target;
+        },
+        deadline, spin_);
+    std::uint64_t seen = arrivals_.load(std::memory_order_acquire);
+    if (seen & kPoison) throw_poisoned(me);
+    if (seen >= target) return;
+    if (Waiter::Clock::now() < deadline) continue;  // woken early; wait again
+
+    // Deadline passed with the phase incomplete: poison at exactly this count, so the
+    // phase can never complete behind our back (a late arrival sees the poison bit).
+    std::unique_lock lock(mu_);
+    if (!arrivals_.compare_exchange_strong(seen, seen | kPoison, std::memory_order_acq_rel)) {
+      continue;  // someone arrived or poisoned meanwhile: look again
+    }
+    std::vector<int> missing;
+    for (int j = 0; j < n_; ++j) {
+      if (slots_[static_cast<std::size_t>(j)]->arrived_phase.load(std::memory_order_relaxed) <
+          phase) {
+        missing.push_back(j);
+      }
+    }
+    const std::string what =
+        std::string(op_name(d.kind)) + " #" + std::to_string(d.sequence) + " (" + d.describe() +
+        ") timed out after " + std::to_string(timeout.count()) + " ms: replica" +
+        (missing.size() == 1 ? " " : "s ") + replica_list(missing) +
+        " never arrived. Check that every replica issues the same collectives, or raise the "
+        "timeout (Config::timeout or the call's timeout option).";
+    cause_ = Cause{.timed_out = true,
+                   .replica = me,
+                   .what = what,
+                   .op = std::string(op_name(d.kind)),
+                   .sequence = d.sequence,
+                   .deadline = timeout,
+                   .missing = missing};
+    lock.unlock();
+    waiter_.notify();
+    throw Timeout(what, std::string(op_name(d.kind)), d.sequence, timeout, std::move(missing));
+  }
+}
+
+void LocalGroup::throw_poisoned(int me) {
+  std::unique_lock lock(mu_);
+  const Cause cause = cause_.value_or(Cause{.what = "the group was stopped"});
+  lock.unlock();
+  if (cause.timed_out) {
+    if (std::find(cause.missing.begin(), cause.missing.end(), me) == cause.missing.end()) {
+      throw Timeout(cause.what, cause.op, cause.sequence, cause.deadline, cause.missing);
+    }
+    throw Aborted("replica " + std::to_string(me) + " was released: its peers timed out waiting "
+                  "for it at " + cause.op + " #" + std::to_string(cause.sequence) + " (" +
+                  cause.what + ")",
+                  cause.replica);
+  }
+  throw Aborted("replica " + std::to_string(me) + " was released from its collective because "
+                "replica " + std::to_string(cause.replica) + " failed: " + cause.what,
+                cause.replica);
+}
+
+void LocalGroup::check_match(int me, const Descriptor& d,
+                             std::span<const Descriptor* const> calls) {
+  bool same = true;
+  for (const Descriptor* other : calls) same = same && other->matches(*calls[0]);
+  if (same) return;
+  std::vector<std::string> described;
+  for (const Descriptor* other : calls) described.push_back(other->describe());
+  std::string message = "collective #" + std::to_string(d.sequence) +
+                        " does not match across replicas: ";
+  for (std::size_t j = 0; j < described.size();) {
+    std::size_t k = j;
+    while (k + 1 < described.size() && described[k + 1] == described[j]) ++k;
+    message += (j ? "; " : "") + std::string(k > j ? "replicas " : "replica ") +
+               std::to_string(j) + (k > j ? "-" + std::to_string(k) : "") + " called " +
+               described[j];
+    j = k + 1;
+  }
+  message += ". Every replica must issue the same collectives in the same order, with the "
+             "same dtype, size, root and reduce op (seen by replica " + std::to_string(me) + ").";
+  throw CollectiveMismatch(message, d.sequence, std::move(described));
+}
+
+void LocalGroup::fail(int replica, const std::string& what) {
+  {
+    std::lock_guard lock(mu_);
+    if (!cause_) cause_ = Cause{.replica = replica, .what = what};
+    arrivals_.fetch_or(kPoison, std::memory_order_acq_rel);
+  }
+  waiter_.notify();
+}
+
+void LocalGroup::reset() {
+  arrivals_.store(0, std::memory_order_relaxed);
+  cause_.reset();
+  for (auto& slot : slots_) {
+    slot->phase = 0;
+    slot->arrived_phase.store(0, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace replicator::detail

@@ -1,0 +1,83 @@
+// LocalGroup: the replicas of one process and the shared memory through which their
+// collectives run.
+//
+// A collective is: publish this replica's descriptor (and, on the staged path, a copy of
+// its input) in its slot; arrive at the group's barrier; check that every replica made
+// the same call; run the algorithm; on the direct path, arrive at the barrier again so no
+// replica returns while a peer still touches its buffers.
+//
+// The barrier is one 64-bit counter of arrivals (phase k completes at k·n) whose top bit
+// is the poison flag. Poisoning (a timeout, a failed step) sets that bit, so no phase can
+// complete after it and every waiter wakes and throws; a phase that completed before it
+// is unaffected, so no replica ever reads the buffers of a peer that has left.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "replicator/replica_context.h"
+#include "src/collectives/peers.h"
+#include "src/core/waiter.h"
+
+namespace replicator::detail {
+
+class LocalGroup {
+ public:
+  LocalGroup(int num_replicas, std::chrono::milliseconds timeout, std::chrono::microseconds spin);
+  ~LocalGroup();
+  LocalGroup(const LocalGroup&) = delete;
+  LocalGroup& operator=(const LocalGroup&) = delete;
+
+  int size() const { return n_; }
+
+  // Runs one collective for replica `me`. Blocks until it completes; throws as
+  // ReplicaContext documents.
+  void collective(int me, std::uint64_t sequence, const Call& call);
+
+  // Releases every replica waiting now or later (until reset) with Aborted, naming
+  // `replica` and its error. Called when a step throws. Thread-safe.
+  void fail(int replica, const std::string& what);
+
+  // Makes the group fresh for the next run. Only while no replica is inside it.
+  void reset();
+
+ private:
+  struct Slot;
+  static constexpr std::uint64_t kPoison = std::uint64_t{1} << 63;
+
+  void arrive_and_wait(int me, const Descriptor& d, Waiter::Clock::time_point deadline,
+                       std::chrono::milliseconds timeout);
+  [[noreturn]] void throw_poisoned(int me);
+  void check_match(int me, const Descriptor& d, std::span<const Descriptor* const> calls);
+
+  const int n_;
+  const std::chrono::milliseconds timeout_;
+  const std::chrono::microseconds spin_;
+  const std::size_t staging_capacity_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+
+  alignas(64) std::atomic<std::uint64_t> arrivals_{0};
+  Waiter waiter_;
+
+  // Why the group is poisoned; written once under mu_ before the poison bit is visible.
+  std::mutex mu_;
+  struct Cause {
+    bool timed_out = false;
+    int replica = -1;         // the failed replica, or the one that saw the timeout
+    std::string what;         // the failure's message, or the Timeout's message
+    std::string op;           // Timeout fields
+    std::uint64_t sequence = 0;
+    std::chrono::milliseconds deadline{0};
+    std::vector<int> missing;
+  };
+  std::optional<Cause> cause_;
+};
+
+}  // namespace replicator::detail

@@ -1,0 +1,72 @@
+// Spin-then-park waiting on a condition, with a deadline.
+//
+// A waiter spins for a short budget (cheap when peers are running on other cores), then
+// yields, then parks on a futex "epoch" word that every state change bumps. Waking is
+// free when nobody sleeps: the waker only makes the syscall if `sleepers` is non-zero.
+#pragma once
+
+#include <sched.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+#include "src/core/futex.h"
+
+namespace replicator::detail {
+
+class Waiter {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Bumps the epoch and wakes every parked waiter. Call after making a condition true.
+  void notify() {
+    epoch_.fetch_add(1, std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) != 0) futex_wake_all(&epoch_);
+  }
+
+  // Waits until done() is true; returns false if `deadline` passed first.
+  // `spin` is how long to busy-wait before parking (zero when cores are oversubscribed).
+  template <typename Done>
+  bool wait(Done&& done, Clock::time_point deadline, std::chrono::microseconds spin) {
+    if (done()) return true;
+    if (spin.count() > 0) {
+      const auto spin_end = Clock::now() + spin;
+      for (int i = 0;; ++i) {
+        for (int k = 0; k < 16; ++k) {
+          cpu_relax();
+          if (done()) return true;
+        }
+        if ((i & 7) == 0 && Clock::now() >= spin_end) break;
+      }
+    } else {
+      for (int i = 0; i < 4; ++i) {
+        sched_yield();
+        if (done()) return true;
+      }
+    }
+    for (;;) {
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      const std::uint32_t seen = epoch_.load(std::memory_order_seq_cst);
+      if (done()) {
+        sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+        return true;
+      }
+      const auto now = Clock::now();
+      if (now >= deadline) {
+        sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+        return false;
+      }
+      // Park at most 100 ms at a time so a deadline is never overslept by much.
+      futex_wait(&epoch_, seen, std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(100)));
+      sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+      if (done()) return true;
+    }
+  }
+
+ private:
+  alignas(64) std::atomic<std::uint32_t> epoch_{0};
+  alignas(64) std::atomic<std::uint32_t> sleepers_{0};
+};
+
+}  // namespace replicator::detail

@@ -1,0 +1,95 @@
+#include "src/core/worker_pool.h"
+
+#include <pthread.h>
+
+#include <string>
+
+#include "replicator/errors.h"
+#include "src/core/futex.h"
+
+namespace replicator::detail {
+
+WorkerPool::WorkerPool(LocalGroup& group, int first_replica, int num_replicas, int num_local,
+                       std::chrono::microseconds spin)
+    : group_(group),
+      first_replica_(first_replica),
+      num_replicas_(num_replicas),
+      // The driving thread needs a core too: workers spin for the next step only if
+      // there are spare cores.
+      spin_(static_cast<unsigned>(num_local) + 1 <= std::thread::hardware_concurrency()
+                ? spin
+                : std::chrono::microseconds(0)) {
+  threads_.reserve(static_cast<std::size_t>(num_local));
+  for (int local = 0; local < num_local; ++local) {
+    threads_.emplace_back([this, local] { loop(local); });
+    const std::string name = "replica-" + std::to_string(first_replica + local);
+    pthread_setname_np(threads_.back().native_handle(), name.substr(0, 15).c_str());
+  }
+}
+
+WorkerPool::~WorkerPool() {
+  stop_ = true;
+  generation_.fetch_add(1, std::memory_order_release);
+  futex_wake_all(&generation_);
+  for (auto& t : threads_) t.join();
+}
+
+void WorkerPool::run(StepRef step) {
+  step_ = step;
+  first_error_ = nullptr;
+  group_.reset();
+  remaining_.store(static_cast<std::uint32_t>(threads_.size()), std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+  futex_wake_all(&generation_);
+  for (;;) {
+    const std::uint32_t left = remaining_.load(std::memory_order_acquire);
+    if (left == 0) break;
+    futex_wait(&remaining_, left, std::chrono::milliseconds(100));
+  }
+  if (first_error_) std::rethrow_exception(first_error_);
+}
+
+void WorkerPool::loop(int local) {
+  const int id = first_replica_ + local;
+  std::uint32_t seen = 0;
+  for (;;) {
+    const auto spin_end = std::chrono::steady_clock::now() + spin_;
+    std::uint32_t now = generation_.load(std::memory_order_acquire);
+    while (now == seen && std::chrono::steady_clock::now() < spin_end) {
+      cpu_relax();
+      now = generation_.load(std::memory_order_acquire);
+    }
+    while (now == seen) {
+      futex_wait(&generation_, seen, std::chrono::seconds(1));
+      now = generation_.load(std::memory_order_acquire);
+    }
+    seen = now;
+    if (stop_) return;
+
+    ReplicaContext ctx(&group_, id, num_replicas_, local, static_cast<int>(threads_.size()));
+    try {
+      step_.invoke(step_.object, ctx);
+      ctx.call(Call{.kind = OpKind::kEndStep});
+    } catch (Error& e) {
+      if (!e.replica()) e.set_replica(id);
+      record_failure(local, std::current_exception());
+      group_.fail(local, e.what());
+    } catch (const std::exception& e) {
+      const std::string what = "replica " + std::to_string(id) + " failed: " + e.what();
+      record_failure(local, std::make_exception_ptr(ReplicaFailed(what, id, std::current_exception())));
+      group_.fail(local, e.what());
+    } catch (...) {
+      const std::string what = "replica " + std::to_string(id) + " failed with a non-standard exception";
+      record_failure(local, std::make_exception_ptr(ReplicaFailed(what, id, std::current_exception())));
+      group_.fail(local, what);
+    }
+    if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) futex_wake_all(&remaining_);
+  }
+}
+
+void WorkerPool::record_failure(int /*local*/, std::exception_ptr error) {
+  std::lock_guard lock(error_mu_);
+  if (!first_error_) first_error_ = std::move(error);
+}
+
+}  // namespace replicator::detail
