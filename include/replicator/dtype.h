@@ -77,7 +77,8 @@ struct Buffer {
 
   template <typename T>
   static Buffer of(std::span<T> span) {
-    return Buffer{static_cast<void*>(span.data()), span.size(), dtype_of<std::remove_const_t<T>>()};
+    using E = std::remove_const_t<T>;
+    return Buffer{const_cast<E*>(span.data()), span.size(), dtype_of<E>()};
   }
   std::size_t bytes() const { return count * dtype_size(dtype); }
 };

@@ -75,10 +75,9 @@ std::string Descriptor::describe() const {
   return s + ")";
 }
 
-Descriptor describe_call(const Call& call, std::uint64_t sequence, int n) {
+Descriptor describe_call(const Call& call, int me, int n) {
   Descriptor d;
   d.kind = call.kind;
-  d.sequence = sequence;
   d.call = call;
   const std::string name(op_name(call.kind));
   switch (call.kind) {
@@ -126,15 +125,14 @@ Descriptor describe_call(const Call& call, std::uint64_t sequence, int n) {
         require(out.count == in.count * un,
                 name + ": output must hold input.size() * num_replicas() = " +
                     std::to_string(in.count * un) + " elements, got " + std::to_string(out.count));
-        // The one overlap allowed: input is exactly this replica's block of output
-        // (checked by the algorithm, which skips that copy).
+        // The one overlap allowed: input is exactly this replica's own block of output
+        // (in-place all_gather; the algorithm skips that copy).
         const bool in_place_block =
-            in.count > 0 && static_cast<const std::byte*>(in.data) >=
-                                static_cast<const std::byte*>(out.data) &&
-            ((static_cast<const std::byte*>(in.data) - static_cast<const std::byte*>(out.data)) %
-             static_cast<std::ptrdiff_t>(std::max<std::size_t>(in.bytes(), 1))) == 0;
+            in.data == static_cast<const std::byte*>(out.data) +
+                           static_cast<std::size_t>(me) * in.bytes();
         require(!overlaps(in, out) || in_place_block,
-                name + ": input overlaps output other than as one whole block of it");
+                name + ": input overlaps output other than as exactly block " +
+                    std::to_string(me) + " (this replica's own block) of it");
       } else if (call.kind == OpKind::kReduceScatter) {
         d.op = call.op;
         require(in.count == out.count * un,

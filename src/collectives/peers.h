@@ -35,9 +35,10 @@ struct Descriptor {
   std::string describe() const;
 };
 
-// Builds the descriptor of `call` after checking what can be checked locally; throws
-// InvalidArgument naming the argument, the expected and the found value.
-Descriptor describe_call(const Call& call, std::uint64_t sequence, int num_replicas);
+// Builds the descriptor of replica `me`'s `call` after checking what can be checked
+// locally; throws InvalidArgument naming the argument, the expected and the found value.
+// The sequence number is left for the caller to set.
+Descriptor describe_call(const Call& call, int me, int num_replicas);
 
 std::string_view op_name(OpKind kind);
 

@@ -22,24 +22,26 @@ template <>
 struct AccumulatorOf<float16> {
   using type = float;
 };
-template <typename T>
-using Acc = typename AccumulatorOf<T>::type;
+// The mean of narrow integers sums in i64, so it does not wrap before the division.
+template <typename T, ReduceOp Op>
+using Acc = std::conditional_t<Op == ReduceOp::kMean && std::is_integral_v<T> && sizeof(T) < 8,
+                               std::int64_t, typename AccumulatorOf<T>::type>;
 
-template <typename T>
-inline Acc<T> load(T x) {
+template <typename A, typename T>
+inline A load(T x) {
   if constexpr (std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>) {
     return static_cast<float>(x);
   } else {
-    return x;
+    return static_cast<A>(x);
   }
 }
 
-template <typename T>
-inline T store(Acc<T> x) {
+template <typename T, typename A>
+inline T store(A x) {
   if constexpr (std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>) {
     return T(x);
   } else {
-    return x;
+    return static_cast<T>(x);
   }
 }
 
@@ -77,7 +79,7 @@ inline A combine(A a, A b) {
 template <typename T, ReduceOp Op>
 void tree_reduce_typed(const void* const* inputs, int n, void* const* outputs, int num_outputs,
                        std::size_t count, std::size_t divisor, ReduceScratch& scratch) {
-  using A = Acc<T>;
+  using A = Acc<T, Op>;
   constexpr std::size_t kBlock = ReduceScratch::kBlock;
   A* const levels = scratch.levels<A>();
   int sizes[64];
@@ -88,11 +90,11 @@ void tree_reduce_typed(const void* const* inputs, int n, void* const* outputs, i
       const T* __restrict x = static_cast<const T*>(inputs[j]) + base;
       if (depth > 0 && sizes[depth - 1] == 1) {
         A* __restrict top = levels + static_cast<std::size_t>(depth - 1) * kBlock;
-        for (std::size_t i = 0; i < m; ++i) top[i] = combine<Op>(top[i], load(x[i]));
+        for (std::size_t i = 0; i < m; ++i) top[i] = combine<Op>(top[i], load<A>(x[i]));
         sizes[depth - 1] = 2;
       } else {
         A* __restrict top = levels + static_cast<std::size_t>(depth) * kBlock;
-        for (std::size_t i = 0; i < m; ++i) top[i] = load(x[i]);
+        for (std::size_t i = 0; i < m; ++i) top[i] = load<A>(x[i]);
         sizes[depth++] = 1;
       }
       while (depth >= 2 && sizes[depth - 1] == sizes[depth - 2]) {

@@ -7,7 +7,8 @@
 // (x0 op x1) op (x2 op x3); for n = 3, (x0 op x1) op x2. The kernel evaluates it with a
 // binary-counter stack of accumulator blocks, so the bits depend only on n and the data.
 // bf16 and f16 accumulate in f32 and round once on store; kMean divides the sum by
-// `divisor` before rounding. Integer sums and products wrap.
+// `divisor` before rounding. Integer sums and products wrap; the mean of i32 and u8 sums
+// in i64 first.
 #pragma once
 
 #include <cstddef>

@@ -32,12 +32,19 @@ std::chrono::microseconds parse_duration(std::string_view text, std::string_view
                        std::string(text) + "'");
   };
   if (digits == 0) throw bad();
+  if (digits > 15) throw bad();  // beyond any sensible duration; also keeps n·scale in range
   const long long n = parse_integer(text.substr(0, digits), what);
-  if (unit.empty() || unit == "ms") return std::chrono::milliseconds(n);
-  if (unit == "us") return std::chrono::microseconds(n);
-  if (unit == "s") return std::chrono::seconds(n);
-  if (unit == "m" || unit == "min") return std::chrono::minutes(n);
-  throw bad();
+  long long scale = 0;  // microseconds per unit
+  if (unit.empty() || unit == "ms") scale = 1000;
+  if (unit == "us") scale = 1;
+  if (unit == "s") scale = 1000 * 1000;
+  if (unit == "m" || unit == "min") scale = 60LL * 1000 * 1000;
+  if (scale == 0) throw bad();
+  if (n > (365LL * 24 * 3600 * 1000 * 1000) / scale) {
+    throw ConfigError(std::string(what) + " must be at most a year, got '" + std::string(text) +
+                      "'");
+  }
+  return std::chrono::microseconds(n * scale);
 }
 
 void Config::set(std::string_view name, std::string_view value) {
@@ -45,7 +52,7 @@ void Config::set(std::string_view name, std::string_view value) {
   if (name == "local-replicas") {
     const long long n = parse_integer(value, what);
     if (n < 1 || n > 4096) {
-      throw ConfigError(what + " must be between 1 and 4096, got " + std::string(value));
+      throw ConfigError(what + " must be between 1 and 4096, got '" + std::string(value) + "'");
     }
     local_replicas = static_cast<int>(n);
   } else if (name == "timeout") {

@@ -34,8 +34,11 @@ struct LocalGroup::Slot {
   }
 
   // Published to peers (read by them between the barrier and the next phase).
-  Descriptor desc[2];                         // by parity of the sequence number
-  std::unique_ptr<std::byte[]> staging[2];    // by parity of the sequence number
+  // By parity of the sequence number, which every replica advances in step: a replica
+  // cannot start collective k+2 (and overwrite k's slot) before all have arrived at k+1,
+  // that is, before all have finished reading slot k.
+  Descriptor desc[2];
+  std::unique_ptr<std::byte[]> staging[2];
   alignas(64) std::atomic<std::uint64_t> arrived_phase{0};
 
   // Owned by the replica's thread.
@@ -70,21 +73,22 @@ LocalGroup::LocalGroup(int num_replicas, std::chrono::milliseconds timeout,
 
 LocalGroup::~LocalGroup() = default;
 
-void LocalGroup::collective(int me, std::uint64_t sequence, const Call& call) {
+void LocalGroup::collective(int me, std::uint64_t& sequence, const Call& call) {
   Slot& slot = *slots_[static_cast<std::size_t>(me)];
-  const Descriptor d = describe_call(call, sequence, n_);
-  if (n_ == 1) return run_single(d, slot.scratch);
-
   const std::chrono::milliseconds timeout = call.timeout.value_or(timeout_);
   if (timeout.count() <= 0) {
-    throw InvalidArgument(std::string(op_name(d.kind)) + ": timeout must be positive, got " +
+    throw InvalidArgument(std::string(op_name(call.kind)) + ": timeout must be positive, got " +
                           std::to_string(timeout.count()) + "ms");
   }
-  const auto deadline = Waiter::Clock::now() + timeout;
   const int parity = static_cast<int>(sequence & 1);
+  Descriptor& d = slot.desc[parity];
+  d = describe_call(call, me, n_);
+  d.sequence = sequence++;
+  if (n_ == 1) return run_single(d, slot.scratch);
+
+  const auto deadline = Waiter::Clock::now() + timeout;
   const Path path = choose_path(d, me, staging_capacity_);
   if (path == Path::kStaged) stage(d, me, slot.staging[parity].get());
-  slot.desc[parity] = d;
 
   arrive_and_wait(me, d, deadline, timeout);
   const std::span<const Descriptor* const> calls(slot.calls[parity]);
@@ -118,9 +122,8 @@ void LocalGroup::arrive_and_wait(int me, const Descriptor& d, Waiter::Clock::tim
   slot.arrived_phase.store(phase, std::memory_order_relaxed);
   const std::uint64_t target = phase * static_cast<std::uint64_t>(n_);
   const std::uint64_t now = arrivals_.fetch_add(1, std::memory_order_acq_rel) + 1;
-  if (now & kPoison) throw_poisoned(me);
-  if (now == target) {
-    waiter_.notify();
+  if (phase_complete(me, now, target)) {
+    if (now == target) waiter_.notify();
     return;
   }
   for (;;) {
@@ -130,17 +133,14 @@ void LocalGroup::arrive_and_wait(int me, const Descriptor& d, Waiter::Clock::tim
           return (a & kPoison) != 0 || a >= target;
         },
         deadline, spin_);
-    std::uint64_t seen = arrivals_.load(std::memory_order_acquire);
-    if (seen & kPoison) throw_poisoned(me);
-    if (seen >= target) return;
+    const std::uint64_t seen = arrivals_.load(std::memory_order_acquire);
+    if (phase_complete(me, seen, target)) return;
     if (Waiter::Clock::now() < deadline) continue;  // woken early; wait again
 
     // Deadline passed with the phase incomplete: poison at exactly this count, so the
     // phase can never complete behind our back (a late arrival sees the poison bit).
     std::unique_lock lock(mu_);
-    if (!arrivals_.compare_exchange_strong(seen, seen | kPoison, std::memory_order_acq_rel)) {
-      continue;  // someone arrived or poisoned meanwhile: look again
-    }
+    if (!poison(seen)) continue;  // someone arrived or poisoned meanwhile: look again
     std::vector<int> missing;
     for (int j = 0; j < n_; ++j) {
       if (slots_[static_cast<std::size_t>(j)]->arrived_phase.load(std::memory_order_relaxed) <
@@ -164,6 +164,24 @@ void LocalGroup::arrive_and_wait(int me, const Descriptor& d, Waiter::Clock::tim
     lock.unlock();
     waiter_.notify();
     throw Timeout(what, std::string(op_name(d.kind)), d.sequence, timeout, std::move(missing));
+  }
+}
+
+bool LocalGroup::phase_complete(int me, std::uint64_t seen, std::uint64_t target) {
+  if ((seen & kPoison) == 0) return seen >= target;
+  if (poisoned_at_.load(std::memory_order_relaxed) >= target) return true;
+  throw_poisoned(me);
+}
+
+bool LocalGroup::poison(std::optional<std::uint64_t> expected) {
+  std::uint64_t seen = expected.value_or(arrivals_.load(std::memory_order_acquire));
+  for (;;) {
+    if (seen & kPoison) return !expected;  // already poisoned
+    poisoned_at_.store(seen, std::memory_order_relaxed);
+    if (arrivals_.compare_exchange_strong(seen, seen | kPoison, std::memory_order_acq_rel)) {
+      return true;
+    }
+    if (expected) return false;
   }
 }
 
@@ -211,13 +229,14 @@ void LocalGroup::fail(int replica, const std::string& what) {
   {
     std::lock_guard lock(mu_);
     if (!cause_) cause_ = Cause{.replica = replica, .what = what};
-    arrivals_.fetch_or(kPoison, std::memory_order_acq_rel);
+    poison(std::nullopt);
   }
   waiter_.notify();
 }
 
 void LocalGroup::reset() {
   arrivals_.store(0, std::memory_order_relaxed);
+  poisoned_at_.store(0, std::memory_order_relaxed);
   cause_.reset();
   for (auto& slot : slots_) {
     slot->phase = 0;

@@ -37,9 +37,11 @@ class LocalGroup {
 
   int size() const { return n_; }
 
-  // Runs one collective for replica `me`. Blocks until it completes; throws as
-  // ReplicaContext documents.
-  void collective(int me, std::uint64_t sequence, const Call& call);
+  // Runs one collective for replica `me` as its collective number `sequence`, which it
+  // increments once the call is valid (a call refused by local checks takes no number,
+  // so every replica's count stays in step with the barrier). Blocks until it completes;
+  // throws as ReplicaContext documents.
+  void collective(int me, std::uint64_t& sequence, const Call& call);
 
   // Releases every replica waiting now or later (until reset) with Aborted, naming
   // `replica` and its error. Called when a step throws. Thread-safe.
@@ -54,7 +56,13 @@ class LocalGroup {
 
   void arrive_and_wait(int me, const Descriptor& d, Waiter::Clock::time_point deadline,
                        std::chrono::milliseconds timeout);
+  // Whether a phase whose arrivals must reach `target` completed, given the counter's
+  // value `seen`; throws the poison's error if the group was poisoned before it did.
+  bool phase_complete(int me, std::uint64_t seen, std::uint64_t target);
   [[noreturn]] void throw_poisoned(int me);
+  // Sets the poison bit; the caller holds mu_ and has set cause_. Returns false if
+  // `expected` (the counter value to poison at; empty: whatever it is) was stale.
+  bool poison(std::optional<std::uint64_t> expected);
   void check_match(int me, const Descriptor& d, std::span<const Descriptor* const> calls);
 
   const int n_;
@@ -64,6 +72,9 @@ class LocalGroup {
   std::vector<std::unique_ptr<Slot>> slots_;
 
   alignas(64) std::atomic<std::uint64_t> arrivals_{0};
+  // The arrival count when the poison bit was set: phases with a target at or below it
+  // completed before the poison and finish normally. Written under mu_ before the bit.
+  std::atomic<std::uint64_t> poisoned_at_{0};
   Waiter waiter_;
 
   // Why the group is poisoned; written once under mu_ before the poison bit is visible.

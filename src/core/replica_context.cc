@@ -5,7 +5,7 @@
 namespace replicator {
 
 void ReplicaContext::call(const detail::Call& call) {
-  group_->collective(local_id_, sequence_++, call);
+  group_->collective(local_id_, sequence_, call);
 }
 
 void ReplicaContext::all_reduce(std::span<const Buffer> buffers, const ReduceOptions& options) {

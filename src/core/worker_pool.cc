@@ -73,15 +73,15 @@ void WorkerPool::loop(int local) {
     } catch (Error& e) {
       if (!e.replica()) e.set_replica(id);
       record_failure(local, std::current_exception());
-      group_.fail(local, e.what());
+      group_.fail(id, e.what());
     } catch (const std::exception& e) {
       const std::string what = "replica " + std::to_string(id) + " failed: " + e.what();
       record_failure(local, std::make_exception_ptr(ReplicaFailed(what, id, std::current_exception())));
-      group_.fail(local, e.what());
+      group_.fail(id, e.what());
     } catch (...) {
       const std::string what = "replica " + std::to_string(id) + " failed with a non-standard exception";
       record_failure(local, std::make_exception_ptr(ReplicaFailed(what, id, std::current_exception())));
-      group_.fail(local, what);
+      group_.fail(id, what);
     }
     if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) futex_wake_all(&remaining_);
   }
