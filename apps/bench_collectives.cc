@@ -1,0 +1,815 @@
+// `replicator bench collectives`: time every collective of the local engine over a range of
+// sizes, nccl-tests style, beside the machine's own memory copy bandwidth measured in the
+// same run.
+//
+// Method. Each replica allocates ONE arena (two regions of --max-bytes) on its own thread
+// and faults every page in, before anything is timed; every size and collective reuses it.
+// One measurement is one Replicator::run: every replica issues `warmup` calls, a barrier,
+// then times `iters` calls with steady_clock; the per-call time is the max over replicas of
+// elapsed / iters. A row reports the median of `repeats` measurements. Without --iters, the
+// count is chosen so that a measurement lasts about 0.1 s (5 to 1000 calls).
+//
+// --check adds an untimed pass of `iters` calls after the timed ones: before each call
+// every replica writes inputs that depend on its id and on the iteration (and poisons the
+// output), after it checks every element of its output against a closed form. Inputs are
+// small integers, so sums and products are exact in every dtype and order.
+//
+// Reporting (DESIGN.md "Reporting"): bytes is the per-replica buffer S (all_gather: the
+// whole output; reduce_scatter: the whole input; all_to_all and permute: the input);
+// count = bytes / element size; algbw = bytes / time; busbw = algbw times 2(R-1)/R for
+// all_reduce, (R-1)/R for all_gather, reduce_scatter and all_to_all, 1 for broadcast and
+// permute. traffic_bytes is what an in-process implementation must at least read plus
+// write, and mem_fraction = traffic_bytes / time / copy bandwidth.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "bench/memory_bandwidth.h"
+#include "replicator/replicator.h"
+
+namespace replicator::apps {
+
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+
+namespace {
+
+using bench::PrefaultedBuffer;
+using Json = nlohmann::ordered_json;
+
+enum class Kind {
+  kAllReduce,
+  kAllGather,
+  kBroadcast,
+  kReduceScatter,
+  kAllToAll,
+  kPermute,
+  kBarrier
+};
+
+constexpr std::array kAllKinds = {Kind::kAllReduce,     Kind::kAllGather, Kind::kBroadcast,
+                                  Kind::kReduceScatter, Kind::kAllToAll,  Kind::kPermute,
+                                  Kind::kBarrier};
+
+const char* name_of(Kind kind) {
+  switch (kind) {
+    case Kind::kAllReduce:
+      return "all_reduce";
+    case Kind::kAllGather:
+      return "all_gather";
+    case Kind::kBroadcast:
+      return "broadcast";
+    case Kind::kReduceScatter:
+      return "reduce_scatter";
+    case Kind::kAllToAll:
+      return "all_to_all";
+    case Kind::kPermute:
+      return "permute";
+    case Kind::kBarrier:
+      return "barrier";
+  }
+  return "?";
+}
+
+bool reduces(Kind kind) { return kind == Kind::kAllReduce || kind == Kind::kReduceScatter; }
+
+// Collectives whose buffer is cut into R equal blocks.
+bool blocked(Kind kind) {
+  return kind == Kind::kAllGather || kind == Kind::kReduceScatter || kind == Kind::kAllToAll;
+}
+
+// Whether the collective needs the second region of the arena (an output apart from input).
+bool needs_output(Kind kind) {
+  return kind == Kind::kAllGather || kind == Kind::kReduceScatter || kind == Kind::kAllToAll ||
+         kind == Kind::kPermute;
+}
+
+double bus_factor(Kind kind, int r) {
+  const double n = r;
+  switch (kind) {
+    case Kind::kAllReduce:
+      return 2.0 * (n - 1) / n;
+    case Kind::kAllGather:
+    case Kind::kReduceScatter:
+    case Kind::kAllToAll:
+      return (n - 1) / n;
+    case Kind::kBroadcast:
+    case Kind::kPermute:
+      return 1.0;
+    case Kind::kBarrier:
+      return 0.0;
+  }
+  return 0.0;
+}
+
+// Bytes an in-process implementation must at least read plus write for S = `bytes`.
+double traffic_bytes(Kind kind, int r, double bytes) {
+  switch (kind) {
+    case Kind::kAllReduce:
+    case Kind::kAllGather:
+    case Kind::kAllToAll:
+    case Kind::kPermute:
+      return 2.0 * r * bytes;
+    case Kind::kReduceScatter:
+      return r * bytes + bytes;
+    case Kind::kBroadcast:
+      return 2.0 * (r - 1) * bytes;
+    case Kind::kBarrier:
+      return 0.0;
+  }
+  return 0.0;
+}
+
+// "4", "64K", "256M", "1G" (binary multiples; "KiB", "MB" and lower case accepted too).
+std::uint64_t parse_bytes(const std::string& text, const std::string& flag) {
+  const auto bad = [&] {
+    return ConfigError(flag + " must be a size in bytes such as 4, 64K, 256M or 1G, got '" + text +
+                       "'");
+  };
+  std::size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  if (digits == 0 || digits > 15) throw bad();
+  std::uint64_t value = std::stoull(text.substr(0, digits));
+  std::string unit = text.substr(digits);
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (unit.ends_with("IB")) {
+    unit.resize(unit.size() - 2);
+  } else if (unit.ends_with("B")) {
+    unit.pop_back();
+  }
+  int shift = 0;
+  if (unit == "K") {
+    shift = 10;
+  } else if (unit == "M") {
+    shift = 20;
+  } else if (unit == "G") {
+    shift = 30;
+  } else if (!unit.empty()) {
+    throw bad();
+  }
+  return value << shift;
+}
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), bytes == std::floor(bytes) ? "%.0f %s" : "%.1f %s", bytes,
+                units[u]);
+  return text;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// ---- element types -------------------------------------------------------------------
+
+template <typename T>
+constexpr bool kIsHalf = std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>;
+
+// The library's accumulator type: 16-bit floats accumulate in f32.
+template <typename T>
+using Acc = std::conditional_t<kIsHalf<T>, float, T>;
+
+template <typename T>
+T to_element(double v) {
+  if constexpr (kIsHalf<T>) {
+    return T(static_cast<float>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+template <typename T>
+double to_double(T v) {
+  if constexpr (kIsHalf<T>) {
+    return static_cast<float>(v);
+  } else {
+    return static_cast<double>(v);
+  }
+}
+
+// One step of a reduction, with the library's semantics (integers wrap).
+template <typename A>
+A combine(ReduceOp op, A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    using U = std::make_unsigned_t<A>;
+    if (op == ReduceOp::kSum || op == ReduceOp::kMean) {
+      return static_cast<A>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+    }
+    if (op == ReduceOp::kProd) {
+      return static_cast<A>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+    }
+  } else {
+    if (op == ReduceOp::kSum || op == ReduceOp::kMean) return a + b;
+    if (op == ReduceOp::kProd) return a * b;
+  }
+  return op == ReduceOp::kMin ? std::min(a, b) : std::max(a, b);
+}
+
+// ---- the check's closed forms ----------------------------------------------------------
+//
+// Every input is periodic in its element index with period kPeriod (a prime): replica r's
+// input element k at iteration i is table[(k + shift(r, i)) % kPeriod]. Results are then
+// periodic too, so their expected values fit in one small table per iteration.
+
+constexpr std::size_t kPeriod = 251;
+
+std::size_t shift_of(int replica, int iteration) {
+  return (static_cast<std::size_t>(replica) * 17 + static_cast<std::size_t>(iteration) * 29 + 1) %
+         kPeriod;
+}
+
+template <typename T>
+using Table = std::array<T, kPeriod>;
+
+// p[k] = table[(start + k) % kPeriod] for k < n.
+template <typename T>
+void fill_periodic(T* p, std::size_t n, const Table<T>& table, std::size_t start) {
+  std::size_t t = start % kPeriod;
+  for (std::size_t k = 0; k < n; ++k) {
+    p[k] = table[t];
+    if (++t == kPeriod) t = 0;
+  }
+}
+
+struct CheckResult {
+  std::uint64_t wrong = 0;
+  std::string first;  // the first wrong element, described
+};
+
+// Counts the k < n with p[k] != table[(start + k) % kPeriod] (bitwise); describes the first.
+template <typename T>
+void verify_periodic(const T* p, std::size_t n, const Table<T>& table, std::size_t start,
+                     std::size_t index_base, int replica, int iteration, CheckResult& result) {
+  std::size_t t = start % kPeriod;
+  for (std::size_t k = 0; k < n; ++k) {
+    // Bits, not values: the library promises bitwise-identical results.
+    // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison)
+    if (std::memcmp(&p[k], &table[t], sizeof(T)) != 0) {
+      if (result.wrong++ == 0) {
+        char text[160];
+        std::snprintf(text, sizeof(text),
+                      "replica %d, iteration %d, output element %zu is %g but should be %g",
+                      replica, iteration, index_base + k, to_double(p[k]), to_double(table[t]));
+        result.first = text;
+      }
+    }
+    if (++t == kPeriod) t = 0;
+  }
+}
+
+// ---- the benchmark ---------------------------------------------------------------------
+
+struct Settings {
+  int replicas = 2;
+  std::vector<std::uint64_t> sizes;
+  std::optional<int> iters;
+  int warmup = 5;
+  int repeats = 5;
+  DType dtype = DType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  std::vector<Kind> kinds;
+  bool check = false;
+  bool json = false;
+  double copy_gbps = 0;
+  std::size_t output_offset = 0;  // where the second region of each arena starts
+};
+
+struct Row {
+  Kind kind = Kind::kBarrier;
+  std::uint64_t bytes = 0;
+  std::uint64_t count = 0;
+  int iters = 0;
+  double seconds = 0;  // median over repeats of the per-call time
+  double min_seconds = 0;
+  double max_seconds = 0;
+  std::optional<bool> check_ok;
+};
+
+void print_header(const Settings& s) {
+  std::printf("#%15s %12s %12s %6s %12s %11s %11s %12s%s\n", "collective", "bytes", "count",
+              "iters", "time_us", "algbw_GB/s", "busbw_GB/s", "mem_fraction",
+              s.check ? "  check" : "");
+}
+
+void print_row(const Settings& s, const Row& row) {
+  const int r = s.replicas;
+  const double algbw = row.bytes ? static_cast<double>(row.bytes) / row.seconds / 1e9 : 0.0;
+  const double busbw = algbw * bus_factor(row.kind, r);
+  const double traffic = traffic_bytes(row.kind, r, static_cast<double>(row.bytes));
+  const double mem_fraction = traffic / row.seconds / 1e9 / s.copy_gbps;
+  const char* check = !row.check_ok ? "-" : *row.check_ok ? "ok" : "FAIL";
+  if (s.json) {
+    Json j;
+    j["type"] = "collective";
+    j["collective"] = name_of(row.kind);
+    j["engine"] = "local";
+    j["replicas"] = r;
+    j["dtype"] = std::string(to_string(s.dtype));
+    j["op"] = reduces(row.kind) ? std::string(to_string(s.op)) : "none";
+    j["bytes"] = row.bytes;
+    j["count"] = row.count;
+    j["iters"] = row.iters;
+    j["warmup"] = s.warmup;
+    j["repeats"] = s.repeats;
+    j["time_us"] = row.seconds * 1e6;
+    j["time_us_min"] = row.min_seconds * 1e6;
+    j["time_us_max"] = row.max_seconds * 1e6;
+    j["algbw_gbps"] = algbw;
+    j["busbw_gbps"] = busbw;
+    j["traffic_bytes"] = traffic;
+    j["mem_fraction"] = mem_fraction;
+    j["copy_gbps"] = s.copy_gbps;
+    if (row.check_ok) {
+      j["check"] = check;
+    } else {
+      j["check"] = nullptr;
+    }
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf(" %15s %12llu %12llu %6d %12.2f %11.3f %11.3f %12.3f%s%s\n", name_of(row.kind),
+                static_cast<unsigned long long>(row.bytes),
+                static_cast<unsigned long long>(row.count), row.iters, row.seconds * 1e6, algbw,
+                busbw, mem_fraction, s.check ? "  " : "", s.check ? check : "");
+  }
+  std::fflush(stdout);
+}
+
+template <typename T>
+class CollectiveBench {
+ public:
+  CollectiveBench(Replicator& repl, const Settings& settings, PerReplica<PrefaultedBuffer>& arenas)
+      : repl_(repl), s_(settings), arenas_(arenas) {
+    const int n = s_.replicas;
+    for (int j = 0; j < n; ++j) ring_.emplace_back(j, (j + 1) % n);
+    for (std::size_t t = 0; t < kPeriod; ++t) {
+      data_[t] = to_element<T>(static_cast<double>(t));
+      switch (s_.op) {
+        case ReduceOp::kSum:
+        case ReduceOp::kMean:
+          reduce_in_[t] = to_element<T>(static_cast<double>(t % 3));
+          break;
+        case ReduceOp::kMin:
+        case ReduceOp::kMax:
+          reduce_in_[t] = data_[t];
+          break;
+        case ReduceOp::kProd:
+          reduce_in_[t] = to_element<T>(t % 4 == 0 ? 2.0 : 1.0);
+          break;
+      }
+    }
+    poison_ = to_element<T>(255.0);
+  }
+
+  // Returns whether every check passed.
+  bool run_all() {
+    bool ok = true;
+    for (const Kind kind : s_.kinds) {
+      if (kind == Kind::kBarrier) {
+        ok = measure(kind, 0) && ok;
+        continue;
+      }
+      for (const std::uint64_t bytes : s_.sizes) {
+        std::uint64_t count = bytes / sizeof(T);
+        if (blocked(kind)) count -= count % static_cast<std::uint64_t>(s_.replicas);
+        if (count == 0) continue;  // too small for one element (per block)
+        ok = measure(kind, count) && ok;
+      }
+    }
+    return ok;
+  }
+
+ private:
+  T* region_a(const ReplicaContext& ctx) { return reinterpret_cast<T*>(arenas_[ctx].data()); }
+  T* region_b(const ReplicaContext& ctx) {
+    return reinterpret_cast<T*>(arenas_[ctx].data() + s_.output_offset);
+  }
+
+  void issue(ReplicaContext& ctx, Kind kind, T* a, T* b, std::size_t count) {
+    const std::size_t block = count / static_cast<std::size_t>(s_.replicas);
+    switch (kind) {
+      case Kind::kAllReduce:
+        ctx.all_reduce(std::span<T>(a, count), {.op = s_.op});
+        break;
+      case Kind::kAllGather:
+        ctx.all_gather(std::span<T>(a, block), std::span<T>(b, count));
+        break;
+      case Kind::kBroadcast:
+        ctx.broadcast(std::span<T>(a, count), {.root = 0});
+        break;
+      case Kind::kReduceScatter:
+        ctx.reduce_scatter(std::span<T>(a, count), std::span<T>(b, block), {.op = s_.op});
+        break;
+      case Kind::kAllToAll:
+        ctx.all_to_all(std::span<T>(a, count), std::span<T>(b, count));
+        break;
+      case Kind::kPermute:
+        ctx.permute(std::span<T>(a, count), std::span<T>(b, count),
+                    std::span<const PermutePair>(ring_));
+        break;
+      case Kind::kBarrier:
+        ctx.barrier();
+        break;
+    }
+  }
+
+  // One measurement: per-call seconds, the max over replicas.
+  double timed_run(Kind kind, std::size_t count, int warmup, int iters) {
+    auto per_call = repl_.run([&](ReplicaContext& ctx) {
+      T* a = region_a(ctx);
+      T* b = region_b(ctx);
+      for (int i = 0; i < warmup; ++i) issue(ctx, kind, a, b, count);
+      ctx.barrier();
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) issue(ctx, kind, a, b, count);
+      const auto stop = std::chrono::steady_clock::now();
+      return std::chrono::duration<double>(stop - start).count() / iters;
+    });
+    return std::max(*std::max_element(per_call.begin(), per_call.end()), 1e-9);
+  }
+
+  // Enough calls for a measurement of about 0.1 s, at least 5 and at most 1000: one call,
+  // then a run of about 20 ms; noise only lengthens times, so the smaller estimate is used.
+  int choose_iters(Kind kind, std::size_t count) {
+    const double first = timed_run(kind, count, 1, 1);
+    const int calls = std::clamp(static_cast<int>(0.02 / first), 1, 1000);
+    const double t = std::min(first, timed_run(kind, count, 1, calls));
+    return std::clamp(static_cast<int>(std::ceil(0.1 / t)), 5, 1000);
+  }
+
+  bool measure(Kind kind, std::uint64_t count) {
+    Row row;
+    row.kind = kind;
+    row.bytes = count * sizeof(T);
+    row.count = count;
+    row.iters = s_.iters ? *s_.iters : choose_iters(kind, count);
+    std::vector<double> times;
+    for (int rep = 0; rep < s_.repeats; ++rep) {
+      times.push_back(timed_run(kind, count, s_.warmup, row.iters));
+      const double left = times.back() * (s_.warmup + row.iters) * (s_.repeats - rep - 1);
+      if (rep == 0 && left > 2.0) {
+        std::fprintf(stderr, "[bench] %s %s: %d iterations x %d repeats, about %.0f s more\n",
+                     name_of(kind), human_bytes(static_cast<double>(row.bytes)).c_str(), row.iters,
+                     s_.repeats, left);
+      }
+    }
+    row.seconds = median(times);
+    row.min_seconds = *std::min_element(times.begin(), times.end());
+    row.max_seconds = *std::max_element(times.begin(), times.end());
+    if (s_.check && kind != Kind::kBarrier) {
+      const CheckResult result = check(kind, count, row.iters);
+      row.check_ok = result.wrong == 0;
+      if (result.wrong) {
+        const std::string what = std::string(to_string(s_.dtype)) +
+                                 (reduces(kind) ? ", op " + std::string(to_string(s_.op)) : "");
+        std::fprintf(stderr,
+                     "check FAILED: %s (%s) of %llu bytes on %d replicas: %llu wrong elements; "
+                     "first: %s\n",
+                     name_of(kind), what.c_str(), static_cast<unsigned long long>(row.bytes),
+                     s_.replicas, static_cast<unsigned long long>(result.wrong),
+                     result.first.c_str());
+      }
+    }
+    print_row(s_, row);
+    return row.check_ok.value_or(true);
+  }
+
+  // The expected all_reduce result at iteration i: element k is expected[k % kPeriod].
+  Table<T> expected_reduction(int iteration) const {
+    Table<T> expected;
+    const auto n = static_cast<std::size_t>(s_.replicas);
+    for (std::size_t t = 0; t < kPeriod; ++t) {
+      using A = Acc<T>;
+      A acc = static_cast<A>(to_double(reduce_in_[(t + shift_of(0, iteration)) % kPeriod]));
+      for (std::size_t r = 1; r < n; ++r) {
+        const T x = reduce_in_[(t + shift_of(static_cast<int>(r), iteration)) % kPeriod];
+        if constexpr (kIsHalf<T>) {
+          acc = combine<A>(s_.op, acc, static_cast<float>(x));
+        } else {
+          acc = combine<A>(s_.op, acc, x);
+        }
+      }
+      if (s_.op == ReduceOp::kMean) acc = static_cast<A>(acc / static_cast<A>(n));
+      if constexpr (kIsHalf<T>) {
+        expected[t] = T(acc);
+      } else {
+        expected[t] = acc;
+      }
+    }
+    return expected;
+  }
+
+  // Untimed: `iters` calls, each with fresh inputs, each output checked in full.
+  CheckResult check(Kind kind, std::size_t count, int iters) {
+    const int n = s_.replicas;
+    const std::size_t block = count / static_cast<std::size_t>(n);
+    auto results = repl_.run([&](ReplicaContext& ctx) {
+      const int r = ctx.replica_id();
+      T* a = region_a(ctx);
+      T* b = region_b(ctx);
+      CheckResult result;
+      for (int it = 0; it < iters; ++it) {
+        const std::size_t mine = shift_of(r, it);
+        switch (kind) {
+          case Kind::kAllReduce: {
+            fill_periodic(a, count, reduce_in_, mine);
+            issue(ctx, kind, a, b, count);
+            verify_periodic(a, count, expected_reduction(it), 0, 0, r, it, result);
+            break;
+          }
+          case Kind::kReduceScatter: {
+            fill_periodic(a, count, reduce_in_, mine);
+            std::fill(b, b + block, poison_);
+            issue(ctx, kind, a, b, count);
+            verify_periodic(b, block, expected_reduction(it), static_cast<std::size_t>(r) * block,
+                            0, r, it, result);
+            break;
+          }
+          case Kind::kAllGather: {
+            fill_periodic(a, block, data_, mine);
+            std::fill(b, b + count, poison_);
+            issue(ctx, kind, a, b, count);
+            for (int j = 0; j < n; ++j) {
+              const std::size_t at = static_cast<std::size_t>(j) * block;
+              verify_periodic(b + at, block, data_, shift_of(j, it), at, r, it, result);
+            }
+            break;
+          }
+          case Kind::kBroadcast: {
+            fill_periodic(a, count, data_, mine);
+            issue(ctx, kind, a, b, count);
+            verify_periodic(a, count, data_, shift_of(0, it), 0, r, it, result);
+            break;
+          }
+          case Kind::kAllToAll: {
+            fill_periodic(a, count, data_, mine);
+            std::fill(b, b + count, poison_);
+            issue(ctx, kind, a, b, count);
+            for (int j = 0; j < n; ++j) {
+              const std::size_t at = static_cast<std::size_t>(j) * block;
+              const std::size_t from = static_cast<std::size_t>(r) * block % kPeriod;
+              verify_periodic(b + at, block, data_, shift_of(j, it) + from, at, r, it, result);
+            }
+            break;
+          }
+          case Kind::kPermute: {
+            fill_periodic(a, count, data_, mine);
+            std::fill(b, b + count, poison_);
+            issue(ctx, kind, a, b, count);
+            verify_periodic(b, count, data_, shift_of((r + n - 1) % n, it), 0, r, it, result);
+            break;
+          }
+          case Kind::kBarrier:
+            break;
+        }
+      }
+      // Back to zeros, so later timed runs see the same data as the first ones.
+      std::fill(a, a + count, T{});
+      if (needs_output(kind)) std::fill(b, b + count, T{});
+      return result;
+    });
+    CheckResult total;
+    for (const CheckResult& result : results) {
+      if (result.wrong && total.wrong == 0) total.first = result.first;
+      total.wrong += result.wrong;
+    }
+    return total;
+  }
+
+  Replicator& repl_;
+  const Settings& s_;
+  PerReplica<PrefaultedBuffer>& arenas_;
+  std::vector<PermutePair> ring_;  // (j, j+1 mod R): a ring shift
+  Table<T> data_;                  // inputs of the collectives that move data
+  Table<T> reduce_in_;             // inputs of the reductions, chosen per op
+  T poison_;                       // written to outputs before a checked call
+};
+
+template <typename T>
+bool run_typed(Replicator& repl, const Settings& s, PerReplica<PrefaultedBuffer>& arenas) {
+  return CollectiveBench<T>(repl, s, arenas).run_all();
+}
+
+// ---- flags ---------------------------------------------------------------------------
+
+struct Flags {
+  int replicas = 2;
+  std::string min_bytes = "4";
+  std::string max_bytes = "256M";
+  std::string copy_bytes = "256M";
+  int step_factor = 4;
+  int iters = 0;
+  CLI::Option* iters_option = nullptr;
+  int warmup = 5;
+  int repeats = 5;
+  std::string dtype = "f32";
+  std::string op = "sum";
+  std::vector<std::string> collectives;
+  bool check = false;
+  bool json = false;
+  std::string timeout;
+};
+
+DType parse_dtype(const std::string& name) {
+  for (const DType d : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16, DType::kI32,
+                        DType::kI64, DType::kU8}) {
+    if (to_string(d) == name) return d;
+  }
+  throw ConfigError("--dtype must be one of f32, f64, bf16, f16, i32, i64, u8, got '" + name + "'");
+}
+
+ReduceOp parse_op(const std::string& name) {
+  for (const ReduceOp op :
+       {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProd}) {
+    if (to_string(op) == name) return op;
+  }
+  throw ConfigError("--op must be one of sum, mean, min, max, prod, got '" + name + "'");
+}
+
+int run_bench_collectives(const Flags& f) {
+  Settings s;
+  s.replicas = f.replicas;
+  s.dtype = parse_dtype(f.dtype);
+  s.op = parse_op(f.op);
+  s.warmup = f.warmup;
+  s.repeats = f.repeats;
+  s.check = f.check;
+  s.json = f.json;
+  if (f.iters_option->count() > 0) s.iters = f.iters;
+
+  Config config = Config::from_env();
+  config.set("local-replicas", std::to_string(f.replicas));
+  if (!f.timeout.empty()) config.set("timeout", f.timeout);
+
+  const std::uint64_t min_bytes = parse_bytes(f.min_bytes, "--min-bytes");
+  const std::uint64_t max_bytes = parse_bytes(f.max_bytes, "--max-bytes");
+  const std::uint64_t copy_bytes = parse_bytes(f.copy_bytes, "--copy-bytes");
+  if (min_bytes < 1) throw ConfigError("--min-bytes must be at least 1, got " + f.min_bytes);
+  if (max_bytes < min_bytes) {
+    throw ConfigError("--max-bytes (" + f.max_bytes + ") must not be below --min-bytes (" +
+                      f.min_bytes + ")");
+  }
+  if (max_bytes > (std::uint64_t{64} << 30)) {
+    throw ConfigError("--max-bytes must be at most 64G, got " + f.max_bytes);
+  }
+  if (copy_bytes < 4096) throw ConfigError("--copy-bytes must be at least 4K, got " + f.copy_bytes);
+  for (std::uint64_t b = min_bytes; b <= max_bytes;
+       b *= static_cast<std::uint64_t>(f.step_factor)) {
+    s.sizes.push_back(b);
+  }
+
+  std::vector<std::string> names = f.collectives;
+  if (names.empty() || std::find(names.begin(), names.end(), "all") != names.end()) names.clear();
+  for (const Kind kind : kAllKinds) {
+    if (names.empty() || std::find(names.begin(), names.end(), name_of(kind)) != names.end()) {
+      s.kinds.push_back(kind);
+    }
+  }
+
+  // The machine's own bandwidth, measured first, with the replica threads not yet started.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int copy_threads = std::min(s.replicas, cores);
+  s.copy_gbps = bench::copy_bandwidth_gbps(copy_threads, copy_bytes);
+  if (s.json) {
+    Json j;
+    j["type"] = "memory";
+    j["engine"] = "local";
+    j["kernel"] = "copy";
+    j["threads"] = copy_threads;
+    j["bytes_per_array"] = copy_bytes;
+    j["copy_gbps"] = s.copy_gbps;
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf(
+        "# replicator bench collectives: engine local, %d replicas, dtype %s, op %s, "
+        "warmup %d, repeats %d (median), iters %s\n",
+        s.replicas, std::string(to_string(s.dtype)).c_str(), std::string(to_string(s.op)).c_str(),
+        s.warmup, s.repeats,
+        s.iters ? std::to_string(*s.iters).c_str() : "adaptive (~0.1 s, 5..1000)");
+    std::printf(
+        "# memory copy bandwidth: %.2f GB/s (STREAM copy, %d threads, 2 x %s arrays, "
+        "read + written, median of 7 passes)\n",
+        s.copy_gbps, copy_threads, human_bytes(static_cast<double>(copy_bytes)).c_str());
+  }
+  std::fflush(stdout);
+
+  Replicator repl(config);
+  // One arena per replica for the whole run: region a (input, or in-place buffer) and,
+  // if a selected collective has a separate output, region b.
+  bool two_regions = false;
+  for (const Kind kind : s.kinds) two_regions = two_regions || needs_output(kind);
+  constexpr std::uint64_t kAlign = 4096;
+  s.output_offset = (max_bytes + kAlign - 1) / kAlign * kAlign;
+  const std::uint64_t arena_bytes = two_regions ? 2 * s.output_offset : s.output_offset;
+  const double total = static_cast<double>(arena_bytes) * s.replicas;
+  if (total >= 1024.0 * 1024 * 1024) {
+    std::fprintf(stderr, "[bench] allocating and faulting in %d x %s of buffers\n", s.replicas,
+                 human_bytes(static_cast<double>(arena_bytes)).c_str());
+  }
+  auto arenas = repl.per_replica([&] { return PrefaultedBuffer(arena_bytes); });
+
+  if (!s.json) print_header(s);
+  bool ok = true;
+  switch (s.dtype) {
+    case DType::kF32:
+      ok = run_typed<float>(repl, s, arenas);
+      break;
+    case DType::kF64:
+      ok = run_typed<double>(repl, s, arenas);
+      break;
+    case DType::kBF16:
+      ok = run_typed<bfloat16>(repl, s, arenas);
+      break;
+    case DType::kF16:
+      ok = run_typed<float16>(repl, s, arenas);
+      break;
+    case DType::kI32:
+      ok = run_typed<std::int32_t>(repl, s, arenas);
+      break;
+    case DType::kI64:
+      ok = run_typed<std::int64_t>(repl, s, arenas);
+      break;
+    case DType::kU8:
+      ok = run_typed<std::uint8_t>(repl, s, arenas);
+      break;
+  }
+  if (!ok) {
+    std::fprintf(stderr, "replicator bench collectives: --check found wrong results (see above)\n");
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench_collectives(CLI::App& bench) {
+  auto flags = std::make_shared<Flags>();
+  CLI::App* app = bench.add_subcommand(
+      "collectives", "Time every collective of the local engine over a range of sizes");
+  app->add_option("--replicas", flags->replicas, "Replicas (threads) in this process")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app->add_option("--min-bytes", flags->min_bytes, "Smallest size (suffixes K, M, G)")
+      ->capture_default_str();
+  app->add_option("--max-bytes", flags->max_bytes, "Largest size (suffixes K, M, G)")
+      ->capture_default_str();
+  app->add_option("--step-factor", flags->step_factor, "Sizes are min, min*f, ... up to max")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 1 << 20));
+  flags->iters_option =
+      app->add_option("--iters", flags->iters,
+                      "Timed calls per measurement (default: adaptive, ~0.1 s, 5..1000)")
+          ->check(CLI::Range(1, 100000000));
+  app->add_option("--warmup", flags->warmup, "Untimed calls before each measurement")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000000));
+  app->add_option("--repeats", flags->repeats, "Measurements per row; the median is reported")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  app->add_option("--dtype", flags->dtype, "Element type")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "f64", "bf16", "f16", "i32", "i64", "u8"}));
+  app->add_option("--op", flags->op, "Reduce op of all_reduce and reduce_scatter")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sum", "mean", "min", "max", "prod"}));
+  app->add_option("--collectives", flags->collectives,
+                  "Comma-separated list (default all): all_reduce, all_gather, broadcast, "
+                  "reduce_scatter, all_to_all, permute, barrier")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"all", "all_reduce", "all_gather", "broadcast", "reduce_scatter",
+                             "all_to_all", "permute", "barrier"}));
+  app->add_option("--copy-bytes", flags->copy_bytes,
+                  "Array size of the memory copy-bandwidth measurement")
+      ->capture_default_str();
+  app->add_flag("--check", flags->check,
+                "Verify every element of every call of an extra untimed pass; exit 1 on error");
+  app->add_flag("--json", flags->json, "One JSON object per line instead of the table");
+  app->add_option("--timeout", flags->timeout, "Deadline of every collective, e.g. 30s");
+  return {app, [flags] { return run_bench_collectives(*flags); }};
+}
+
+}  // namespace replicator::apps

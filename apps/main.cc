@@ -1,0 +1,53 @@
+// The `replicator` command. Each subcommand lives in its own file and registers itself
+// here; this file only parses the command line and maps failures to exit codes:
+//   0 success, 1 the command ran and failed (a failed --check, a collective error),
+//   2 bad usage (an unknown flag, a bad value).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <vector>
+
+#include "replicator/errors.h"
+
+namespace replicator::apps {
+
+// A subcommand: its CLI11 node and what to run once the command line is parsed.
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+
+// Defined in bench_collectives.cc: `replicator bench collectives`.
+Command add_bench_collectives(CLI::App& bench);
+
+}  // namespace replicator::apps
+
+int main(int argc, char** argv) {
+  using replicator::apps::Command;
+  CLI::App app{"replicator: run one replica's step on many replicas; tools and benchmarks"};
+  app.require_subcommand(1);
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+  std::vector<Command> commands;
+  commands.push_back(replicator::apps::add_bench_collectives(*bench));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);  // prints help, or the error and a hint
+    return code == 0 ? 0 : 2;
+  }
+  try {
+    for (const Command& command : commands) {
+      if (command.app->parsed()) return command.run();
+    }
+  } catch (const replicator::ConfigError& e) {
+    std::fprintf(stderr, "replicator: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "replicator: error: %s\n", e.what());
+    return 1;
+  }
+  return 2;
+}

@@ -1,0 +1,40 @@
+// The machine's own memory bandwidth, measured the STREAM way, and page-aligned memory
+// that is faulted in before any timing. Plain C++ (no replicator dependency) so that the
+// plain-MPI reference benchmark links it too.
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+#include <memory>
+
+namespace replicator::bench {
+
+// STREAM "copy" (a[i] = b[i] over double arrays of `bytes_per_array` bytes each) run by
+// `threads` threads, each on its contiguous share. The arrays are allocated once and every
+// page is written by its owning thread before timing; one untimed pass, then 7 timed
+// passes. Returns the median pass in GB/s (1e9 bytes per second), counting bytes read
+// plus bytes written (2 * bytes_per_array per pass), as STREAM does. Blocks for the whole
+// measurement (about 0.2 s for 256 MiB arrays); threads < 1 counts as 1.
+double copy_bandwidth_gbps(int threads, std::size_t bytes_per_array);
+
+// `bytes` of page-aligned memory, every page written (zeroed) by the constructing thread,
+// so that later use never page-faults and the pages are local to that thread's node.
+// Movable, not copyable. Throws std::bad_alloc when the memory is not available.
+class PrefaultedBuffer {
+ public:
+  PrefaultedBuffer() = default;
+  explicit PrefaultedBuffer(std::size_t bytes);
+
+  std::byte* data() { return memory_.get(); }
+  const std::byte* data() const { return memory_.get(); }
+  std::size_t size() const { return size_; }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::byte[], Free> memory_;
+  std::size_t size_ = 0;
+};
+
+}  // namespace replicator::bench
