@@ -17,13 +17,17 @@ std::string shape(DType dtype, std::uint64_t count) {
   return std::string(to_string(dtype)) + " x " + std::to_string(count);
 }
 
-void require(bool ok, const std::string& message) {
-  if (!ok) throw InvalidArgument(message);
+// The message is built only when the check fails: these run on every collective.
+template <typename Message>
+void require(bool ok, Message&& message) {
+  if (!ok) throw InvalidArgument(message());
 }
 
-void check_buffer(const Buffer& b, const std::string& what) {
-  require(b.data != nullptr || b.count == 0,
-          what + " has " + std::to_string(b.count) + " elements but a null data pointer");
+template <typename What>
+void check_buffer(const Buffer& b, What&& what) {
+  require(b.data != nullptr || b.count == 0, [&] {
+    return what() + " has " + std::to_string(b.count) + " elements but a null data pointer";
+  });
 }
 
 bool overlaps(const Buffer& a, const Buffer& b) {
@@ -37,14 +41,22 @@ bool overlaps(const Buffer& a, const Buffer& b) {
 
 std::string_view op_name(OpKind kind) {
   switch (kind) {
-    case OpKind::kAllReduce: return "all_reduce";
-    case OpKind::kAllGather: return "all_gather";
-    case OpKind::kBroadcast: return "broadcast";
-    case OpKind::kReduceScatter: return "reduce_scatter";
-    case OpKind::kAllToAll: return "all_to_all";
-    case OpKind::kPermute: return "permute";
-    case OpKind::kBarrier: return "barrier";
-    case OpKind::kEndStep: return "end of step";
+    case OpKind::kAllReduce:
+      return "all_reduce";
+    case OpKind::kAllGather:
+      return "all_gather";
+    case OpKind::kBroadcast:
+      return "broadcast";
+    case OpKind::kReduceScatter:
+      return "reduce_scatter";
+    case OpKind::kAllToAll:
+      return "all_to_all";
+    case OpKind::kPermute:
+      return "permute";
+    case OpKind::kBarrier:
+      return "barrier";
+    case OpKind::kEndStep:
+      return "end of step";
   }
   return "?";
 }
@@ -79,7 +91,7 @@ Descriptor describe_call(const Call& call, int me, int n) {
   Descriptor d;
   d.kind = call.kind;
   d.call = call;
-  const std::string name(op_name(call.kind));
+  const auto name = [&] { return std::string(op_name(call.kind)); };
   switch (call.kind) {
     case OpKind::kBarrier:
     case OpKind::kEndStep:
@@ -88,20 +100,23 @@ Descriptor describe_call(const Call& call, int me, int n) {
     case OpKind::kBroadcast: {
       if (call.kind == OpKind::kAllReduce) d.op = call.op;
       if (call.kind == OpKind::kBroadcast) {
-        require(call.root >= 0 && call.root < n,
-                name + ": root must be a replica id in [0, " + std::to_string(n) + "), got " +
-                    std::to_string(call.root));
+        require(call.root >= 0 && call.root < n, [&] {
+          return name() + ": root must be a replica id in [0, " + std::to_string(n) + "), got " +
+                 std::to_string(call.root);
+        });
         d.root = call.root;
       }
       std::uint64_t layout = call.buffers.size();
       for (std::size_t i = 0; i < call.buffers.size(); ++i) {
         const Buffer& b = call.buffers[i];
-        check_buffer(b, name + " buffer " + std::to_string(i));
+        check_buffer(b, [&] { return name() + " buffer " + std::to_string(i); });
         d.count += b.count;
         layout = mix(mix(layout, static_cast<std::uint64_t>(b.dtype)), b.count);
         for (std::size_t k = 0; k < i; ++k) {
-          require(!overlaps(call.buffers[k], b), name + ": fused buffers " + std::to_string(k) +
-                                                      " and " + std::to_string(i) + " overlap");
+          require(!overlaps(call.buffers[k], b), [&] {
+            return name() + ": fused buffers " + std::to_string(k) + " and " + std::to_string(i) +
+                   " overlap";
+          });
         }
       }
       d.dtype = call.buffers.empty() ? DType::kF32 : call.buffers.front().dtype;
@@ -114,40 +129,46 @@ Descriptor describe_call(const Call& call, int me, int n) {
     case OpKind::kPermute: {
       const Buffer& in = call.input;
       const Buffer& out = call.output;
-      check_buffer(in, name + " input");
-      check_buffer(out, name + " output");
-      require(in.dtype == out.dtype, name + ": input is " + std::string(to_string(in.dtype)) +
-                                         " but output is " + std::string(to_string(out.dtype)));
+      check_buffer(in, [&] { return name() + " input"; });
+      check_buffer(out, [&] { return name() + " output"; });
+      require(in.dtype == out.dtype, [&] {
+        return name() + ": input is " + std::string(to_string(in.dtype)) + " but output is " +
+               std::string(to_string(out.dtype));
+      });
       d.dtype = in.dtype;
       d.count = in.count;
       const auto un = static_cast<std::uint64_t>(n);
       if (call.kind == OpKind::kAllGather) {
-        require(out.count == in.count * un,
-                name + ": output must hold input.size() * num_replicas() = " +
-                    std::to_string(in.count * un) + " elements, got " + std::to_string(out.count));
+        require(out.count == in.count * un, [&] {
+          return name() + ": output must hold input.size() * num_replicas() = " +
+                 std::to_string(in.count * un) + " elements, got " + std::to_string(out.count);
+        });
         // The one overlap allowed: input is exactly this replica's own block of output
         // (in-place all_gather; the algorithm skips that copy).
-        const bool in_place_block =
-            in.data == static_cast<const std::byte*>(out.data) +
-                           static_cast<std::size_t>(me) * in.bytes();
-        require(!overlaps(in, out) || in_place_block,
-                name + ": input overlaps output other than as exactly block " +
-                    std::to_string(me) + " (this replica's own block) of it");
+        const bool in_place_block = in.data == static_cast<const std::byte*>(out.data) +
+                                                   static_cast<std::size_t>(me) * in.bytes();
+        require(!overlaps(in, out) || in_place_block, [&] {
+          return name() + ": input overlaps output other than as exactly block " +
+                 std::to_string(me) + " (this replica's own block) of it";
+        });
       } else if (call.kind == OpKind::kReduceScatter) {
         d.op = call.op;
-        require(in.count == out.count * un,
-                name + ": input must hold output.size() * num_replicas() = " +
-                    std::to_string(out.count * un) + " elements, got " + std::to_string(in.count));
-        require(!overlaps(in, out), name + ": input and output overlap");
+        require(in.count == out.count * un, [&] {
+          return name() + ": input must hold output.size() * num_replicas() = " +
+                 std::to_string(out.count * un) + " elements, got " + std::to_string(in.count);
+        });
+        require(!overlaps(in, out), [&] { return name() + ": input and output overlap"; });
       } else {
-        require(out.count == in.count, name + ": output must hold as many elements as input (" +
-                                           std::to_string(in.count) + "), got " +
-                                           std::to_string(out.count));
-        require(!overlaps(in, out), name + ": input and output overlap");
+        require(out.count == in.count, [&] {
+          return name() + ": output must hold as many elements as input (" +
+                 std::to_string(in.count) + "), got " + std::to_string(out.count);
+        });
+        require(!overlaps(in, out), [&] { return name() + ": input and output overlap"; });
         if (call.kind == OpKind::kAllToAll) {
-          require(in.count % un == 0, name + ": input size " + std::to_string(in.count) +
-                                          " is not a multiple of num_replicas() = " +
-                                          std::to_string(n));
+          require(in.count % un == 0, [&] {
+            return name() + ": input size " + std::to_string(in.count) +
+                   " is not a multiple of num_replicas() = " + std::to_string(n);
+          });
         }
       }
       if (call.kind == OpKind::kPermute) {
@@ -155,16 +176,21 @@ Descriptor describe_call(const Call& call, int me, int n) {
         std::uint64_t layout = call.pairs.size();
         for (std::size_t i = 0; i < call.pairs.size(); ++i) {
           const auto [src, dst] = call.pairs[i];
-          require(src >= 0 && src < n && dst >= 0 && dst < n,
-                  name + ": pair (" + std::to_string(src) + ", " + std::to_string(dst) +
-                      ") names a replica outside [0, " + std::to_string(n) + ")");
+          require(src >= 0 && src < n && dst >= 0 && dst < n, [&] {
+            return name() + ": pair (" + std::to_string(src) + ", " + std::to_string(dst) +
+                   ") names a replica outside [0, " + std::to_string(n) + ")";
+          });
           for (std::size_t k = 0; k < i; ++k) {
-            require(call.pairs[k].first != src,
-                    name + ": replica " + std::to_string(src) + " is the source of two pairs");
-            require(call.pairs[k].second != dst,
-                    name + ": replica " + std::to_string(dst) + " is the destination of two pairs");
+            require(call.pairs[k].first != src, [&] {
+              return name() + ": replica " + std::to_string(src) + " is the source of two pairs";
+            });
+            require(call.pairs[k].second != dst, [&] {
+              return name() + ": replica " + std::to_string(dst) +
+                     " is the destination of two pairs";
+            });
           }
-          layout = mix(mix(layout, static_cast<std::uint64_t>(src)), static_cast<std::uint64_t>(dst));
+          layout =
+              mix(mix(layout, static_cast<std::uint64_t>(src)), static_cast<std::uint64_t>(dst));
         }
         d.layout = layout;
       }

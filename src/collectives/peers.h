@@ -16,7 +16,9 @@ namespace replicator::detail {
 
 // One replica's call of one collective, as published to its peers. The buffers it names
 // stay valid until the collective returns on every replica.
-struct Descriptor {
+// The fields every replica must agree on come first, in the first cache line, which is
+// all a peer reads on the staged path.
+struct alignas(64) Descriptor {
   OpKind kind = OpKind::kBarrier;
   ReduceOp op = ReduceOp::kSum;
   DType dtype = DType::kF32;

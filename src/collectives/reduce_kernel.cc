@@ -7,6 +7,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "src/collectives/half_convert.h"
+
 namespace replicator::detail {
 namespace {
 
@@ -27,21 +29,27 @@ template <typename T, ReduceOp Op>
 using Acc = std::conditional_t<Op == ReduceOp::kMean && std::is_integral_v<T> && sizeof(T) < 8,
                                std::int64_t, typename AccumulatorOf<T>::type>;
 
+template <typename T>
+constexpr bool kIsHalf = std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>;
+
+// Block conversions between the element type and its accumulator.
 template <typename A, typename T>
-inline A load(T x) {
-  if constexpr (std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>) {
-    return static_cast<float>(x);
+inline void load_block(const T* __restrict x, A* __restrict out, std::size_t m) {
+  if constexpr (kIsHalf<T>) {
+    to_float(x, out, m);
   } else {
-    return static_cast<A>(x);
+    for (std::size_t i = 0; i < m; ++i) out[i] = static_cast<A>(x[i]);
   }
 }
 
 template <typename T, typename A>
-inline T store(A x) {
-  if constexpr (std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>) {
-    return T(x);
+inline void store_block(const A* __restrict in, T* __restrict out, std::size_t m) {
+  if constexpr (kIsHalf<T>) {
+    from_float(in, out, m);
+  } else if constexpr (std::is_same_v<T, A>) {
+    std::memcpy(out, in, m * sizeof(T));
   } else {
-    return static_cast<T>(x);
+    for (std::size_t i = 0; i < m; ++i) out[i] = static_cast<T>(in[i]);
   }
 }
 
@@ -90,11 +98,17 @@ void tree_reduce_typed(const void* const* inputs, int n, void* const* outputs, i
       const T* __restrict x = static_cast<const T*>(inputs[j]) + base;
       if (depth > 0 && sizes[depth - 1] == 1) {
         A* __restrict top = levels + static_cast<std::size_t>(depth - 1) * kBlock;
-        for (std::size_t i = 0; i < m; ++i) top[i] = combine<Op>(top[i], load<A>(x[i]));
+        if constexpr (std::is_same_v<T, A>) {
+          for (std::size_t i = 0; i < m; ++i) top[i] = combine<Op>(top[i], x[i]);
+        } else {
+          // Convert into the free level above the stack, then combine from there.
+          A* __restrict leaf = levels + static_cast<std::size_t>(depth) * kBlock;
+          load_block(x, leaf, m);
+          for (std::size_t i = 0; i < m; ++i) top[i] = combine<Op>(top[i], leaf[i]);
+        }
         sizes[depth - 1] = 2;
       } else {
-        A* __restrict top = levels + static_cast<std::size_t>(depth) * kBlock;
-        for (std::size_t i = 0; i < m; ++i) top[i] = load<A>(x[i]);
+        load_block(x, levels + static_cast<std::size_t>(depth) * kBlock, m);
         sizes[depth++] = 1;
       }
       while (depth >= 2 && sizes[depth - 1] == sizes[depth - 2]) {
@@ -122,14 +136,7 @@ void tree_reduce_typed(const void* const* inputs, int n, void* const* outputs, i
         for (std::size_t i = 0; i < m; ++i) result[i] = result[i] / d;
       }
     }
-    for (int k = 0; k < num_outputs; ++k) {
-      T* __restrict out = static_cast<T*>(outputs[k]) + base;
-      if constexpr (std::is_same_v<T, A>) {
-        std::memcpy(out, result, m * sizeof(T));
-      } else {
-        for (std::size_t i = 0; i < m; ++i) out[i] = store<T>(result[i]);
-      }
-    }
+    for (int k = 0; k < num_outputs; ++k) store_block(result, static_cast<T*>(outputs[k]) + base, m);
   }
 }
 

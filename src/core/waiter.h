@@ -19,10 +19,13 @@ class Waiter {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // Bumps the epoch and wakes every parked waiter. Call after making a condition true.
+  // Wakes every parked waiter. Call after making a condition true. Costs one load when
+  // nobody is parked: a waiter registers in `sleepers_` before it re-checks its condition,
+  // so either it sees the condition true or this sees it registered (all seq_cst).
   void notify() {
+    if (sleepers_.load(std::memory_order_seq_cst) == 0) return;
     epoch_.fetch_add(1, std::memory_order_seq_cst);
-    if (sleepers_.load(std::memory_order_seq_cst) != 0) futex_wake_all(&epoch_);
+    futex_wake_all(&epoch_);
   }
 
   // Waits until done() is true; returns false if `deadline` passed first.

@@ -295,3 +295,46 @@ TEST(Float16Test, NaNStaysNaN) {
 
 }  // namespace
 }  // namespace replicator
+
+#include <random>
+
+#include "src/collectives/half_convert.h"
+
+namespace replicator {
+namespace {
+
+// The vectorised bulk conversions must give the same bits as the scalar ones in dtype.h,
+// for every kind of value (ties, subnormals, infinities, overflow); NaN stays NaN.
+TEST(HalfConvertTest, BulkConversionsMatchScalarOnes) {
+  std::mt19937 rng(7);
+  std::vector<float> in;
+  for (int i = 0; i < 20000; ++i) in.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(rng())));
+  for (float v : {0.0f, -0.0f, 1.0f, 65504.0f, 65520.0f, 1e-8f, 6e-8f, 3.0e38f, 1.00390625f,
+                  1.01171875f, std::numeric_limits<float>::infinity()}) {
+    in.push_back(v);
+    in.push_back(-v);
+  }
+  std::vector<bfloat16> b(in.size());
+  std::vector<float16> h(in.size());
+  detail::from_float(in.data(), b.data(), in.size());
+  detail::from_float(in.data(), h.data(), in.size());
+  std::vector<float> back_b(in.size()), back_h(in.size());
+  detail::to_float(b.data(), back_b.data(), b.size());
+  detail::to_float(h.data(), back_h.data(), h.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (std::isnan(in[i])) {
+      EXPECT_TRUE(std::isnan(static_cast<float>(b[i]))) << i;
+      EXPECT_TRUE(std::isnan(static_cast<float>(h[i]))) << i;
+      continue;
+    }
+    ASSERT_EQ(b[i].bits, bfloat16(in[i]).bits) << "bf16 of " << in[i];
+    ASSERT_EQ(h[i].bits, float16(in[i]).bits) << "f16 of " << in[i];
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(back_b[i]),
+              std::bit_cast<std::uint32_t>(static_cast<float>(b[i])));
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(back_h[i]),
+              std::bit_cast<std::uint32_t>(static_cast<float>(h[i])));
+  }
+}
+
+}  // namespace
+}  // namespace replicator
