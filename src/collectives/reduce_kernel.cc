@@ -84,32 +84,38 @@ inline A combine(A a, A b) {
   }
 }
 
-template <typename T, ReduceOp Op>
-void tree_reduce_typed(const void* const* inputs, int n, void* const* outputs, int num_outputs,
-                       std::size_t count, std::size_t divisor, ReduceScratch& scratch) {
+template <typename T, ReduceOp Op, bool kInPartial, bool kOutPartial>
+void tree_reduce_typed(const ReduceCall& c, ReduceScratch& scratch) {
   using A = Acc<T, Op>;
+  using In = std::conditional_t<kInPartial, A, T>;
   constexpr std::size_t kBlock = ReduceScratch::kBlock;
   A* const levels = scratch.levels<A>();
   int sizes[64];
-  for (std::size_t base = 0; base < count; base += kBlock) {
-    const std::size_t m = std::min(kBlock, count - base);
+  for (std::size_t base = 0; base < c.count; base += kBlock) {
+    const std::size_t m = std::min(kBlock, c.count - base);
     int depth = 0;
-    for (int j = 0; j < n; ++j) {
-      const T* __restrict x = static_cast<const T*>(inputs[j]) + base;
-      if (depth > 0 && sizes[depth - 1] == 1) {
+    for (int j = 0; j < c.n; ++j) {
+      const In* __restrict x = static_cast<const In*>(c.inputs[j]) + base;
+      const int leaf = c.sizes ? c.sizes[j] : 1;
+      if (depth > 0 && sizes[depth - 1] == leaf) {
         A* __restrict top = levels + static_cast<std::size_t>(depth - 1) * kBlock;
-        if constexpr (std::is_same_v<T, A>) {
+        if constexpr (std::is_same_v<In, A>) {
           for (std::size_t i = 0; i < m; ++i) top[i] = combine<Op>(top[i], x[i]);
         } else {
           // Convert into the free level above the stack, then combine from there.
-          A* __restrict leaf = levels + static_cast<std::size_t>(depth) * kBlock;
-          load_block(x, leaf, m);
-          for (std::size_t i = 0; i < m; ++i) top[i] = combine<Op>(top[i], leaf[i]);
+          A* __restrict tmp = levels + static_cast<std::size_t>(depth) * kBlock;
+          load_block(x, tmp, m);
+          for (std::size_t i = 0; i < m; ++i) top[i] = combine<Op>(top[i], tmp[i]);
         }
-        sizes[depth - 1] = 2;
+        sizes[depth - 1] = 2 * leaf;
       } else {
-        load_block(x, levels + static_cast<std::size_t>(depth) * kBlock, m);
-        sizes[depth++] = 1;
+        A* __restrict top = levels + static_cast<std::size_t>(depth) * kBlock;
+        if constexpr (std::is_same_v<In, A>) {
+          std::memcpy(top, x, m * sizeof(A));
+        } else {
+          load_block(x, top, m);
+        }
+        sizes[depth++] = leaf;
       }
       while (depth >= 2 && sizes[depth - 1] == sizes[depth - 2]) {
         A* __restrict left = levels + static_cast<std::size_t>(depth - 2) * kBlock;
@@ -127,39 +133,53 @@ void tree_reduce_typed(const void* const* inputs, int n, void* const* outputs, i
       --depth;
     }
     A* __restrict result = levels;
-    if constexpr (Op == ReduceOp::kMean) {
-      if constexpr (std::is_integral_v<A>) {
-        const auto d = static_cast<A>(divisor);
-        for (std::size_t i = 0; i < m; ++i) result[i] = static_cast<A>(result[i] / d);
-      } else {
-        const auto d = static_cast<A>(divisor);
-        for (std::size_t i = 0; i < m; ++i) result[i] = result[i] / d;
+    if constexpr (kOutPartial) {
+      for (int k = 0; k < c.num_outputs; ++k) {
+        std::memcpy(static_cast<A*>(c.outputs[k]) + base, result, m * sizeof(A));
       }
+      continue;
     }
-    for (int k = 0; k < num_outputs; ++k) store_block(result, static_cast<T*>(outputs[k]) + base, m);
+    if constexpr (Op == ReduceOp::kMean) {
+      const auto d = static_cast<A>(c.divisor);
+      for (std::size_t i = 0; i < m; ++i) result[i] = static_cast<A>(result[i] / d);
+    }
+    for (int k = 0; k < c.num_outputs; ++k) {
+      store_block(result, static_cast<T*>(c.outputs[k]) + base, m);
+    }
+  }
+}
+
+template <typename T, ReduceOp Op>
+void dispatch_partial(const ReduceCall& c, ReduceScratch& scratch) {
+  if (c.inputs_partial) {
+    if (c.outputs_partial) return tree_reduce_typed<T, Op, true, true>(c, scratch);
+    return tree_reduce_typed<T, Op, true, false>(c, scratch);
+  }
+  if (c.outputs_partial) return tree_reduce_typed<T, Op, false, true>(c, scratch);
+  return tree_reduce_typed<T, Op, false, false>(c, scratch);
+}
+
+template <typename T>
+void dispatch_op(const ReduceCall& c, ReduceScratch& scratch) {
+  switch (c.op) {
+    case ReduceOp::kSum: return dispatch_partial<T, ReduceOp::kSum>(c, scratch);
+    case ReduceOp::kMean: return dispatch_partial<T, ReduceOp::kMean>(c, scratch);
+    case ReduceOp::kMin: return dispatch_partial<T, ReduceOp::kMin>(c, scratch);
+    case ReduceOp::kMax: return dispatch_partial<T, ReduceOp::kMax>(c, scratch);
+    case ReduceOp::kProd: return dispatch_partial<T, ReduceOp::kProd>(c, scratch);
   }
 }
 
 template <typename T>
-void dispatch_op(ReduceOp op, const void* const* inputs, int n, void* const* outputs,
-                 int num_outputs, std::size_t count, std::size_t divisor, ReduceScratch& scratch) {
+std::size_t partial_size_of(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum:
-      return tree_reduce_typed<T, ReduceOp::kSum>(inputs, n, outputs, num_outputs, count, divisor,
-                                                  scratch);
-    case ReduceOp::kMean:
-      return tree_reduce_typed<T, ReduceOp::kMean>(inputs, n, outputs, num_outputs, count, divisor,
-                                                   scratch);
-    case ReduceOp::kMin:
-      return tree_reduce_typed<T, ReduceOp::kMin>(inputs, n, outputs, num_outputs, count, divisor,
-                                                  scratch);
-    case ReduceOp::kMax:
-      return tree_reduce_typed<T, ReduceOp::kMax>(inputs, n, outputs, num_outputs, count, divisor,
-                                                  scratch);
-    case ReduceOp::kProd:
-      return tree_reduce_typed<T, ReduceOp::kProd>(inputs, n, outputs, num_outputs, count, divisor,
-                                                   scratch);
+    case ReduceOp::kSum: return sizeof(Acc<T, ReduceOp::kSum>);
+    case ReduceOp::kMean: return sizeof(Acc<T, ReduceOp::kMean>);
+    case ReduceOp::kMin: return sizeof(Acc<T, ReduceOp::kMin>);
+    case ReduceOp::kMax: return sizeof(Acc<T, ReduceOp::kMax>);
+    case ReduceOp::kProd: return sizeof(Acc<T, ReduceOp::kProd>);
   }
+  return 0;
 }
 
 std::size_t scratch_bytes(int max_inputs) {
@@ -175,28 +195,43 @@ ReduceScratch::ReduceScratch(int max_inputs)
   std::memset(memory_.get(), 0, scratch_bytes(max_inputs));  // fault pages in now, once
 }
 
+void tree_reduce(const ReduceCall& c, ReduceScratch& scratch) {
+  if (c.count == 0 || c.num_outputs == 0) return;
+  switch (c.dtype) {
+    case DType::kF32: return dispatch_op<float>(c, scratch);
+    case DType::kF64: return dispatch_op<double>(c, scratch);
+    case DType::kBF16: return dispatch_op<bfloat16>(c, scratch);
+    case DType::kF16: return dispatch_op<float16>(c, scratch);
+    case DType::kI32: return dispatch_op<std::int32_t>(c, scratch);
+    case DType::kI64: return dispatch_op<std::int64_t>(c, scratch);
+    case DType::kU8: return dispatch_op<std::uint8_t>(c, scratch);
+  }
+}
+
 void tree_reduce(ReduceOp op, DType dtype, const void* const* inputs, int n, void* const* outputs,
                  int num_outputs, std::size_t count, std::size_t divisor, ReduceScratch& scratch) {
-  if (count == 0 || num_outputs == 0) return;
+  tree_reduce({.op = op,
+               .dtype = dtype,
+               .inputs = inputs,
+               .n = n,
+               .outputs = outputs,
+               .num_outputs = num_outputs,
+               .count = count,
+               .divisor = divisor},
+              scratch);
+}
+
+std::size_t partial_size(DType dtype, ReduceOp op) {
   switch (dtype) {
-    case DType::kF32:
-      return dispatch_op<float>(op, inputs, n, outputs, num_outputs, count, divisor, scratch);
-    case DType::kF64:
-      return dispatch_op<double>(op, inputs, n, outputs, num_outputs, count, divisor, scratch);
-    case DType::kBF16:
-      return dispatch_op<bfloat16>(op, inputs, n, outputs, num_outputs, count, divisor, scratch);
-    case DType::kF16:
-      return dispatch_op<float16>(op, inputs, n, outputs, num_outputs, count, divisor, scratch);
-    case DType::kI32:
-      return dispatch_op<std::int32_t>(op, inputs, n, outputs, num_outputs, count, divisor,
-                                       scratch);
-    case DType::kI64:
-      return dispatch_op<std::int64_t>(op, inputs, n, outputs, num_outputs, count, divisor,
-                                       scratch);
-    case DType::kU8:
-      return dispatch_op<std::uint8_t>(op, inputs, n, outputs, num_outputs, count, divisor,
-                                       scratch);
+    case DType::kF32: return partial_size_of<float>(op);
+    case DType::kF64: return partial_size_of<double>(op);
+    case DType::kBF16: return partial_size_of<bfloat16>(op);
+    case DType::kF16: return partial_size_of<float16>(op);
+    case DType::kI32: return partial_size_of<std::int32_t>(op);
+    case DType::kI64: return partial_size_of<std::int64_t>(op);
+    case DType::kU8: return partial_size_of<std::uint8_t>(op);
   }
+  return 0;
 }
 
 }  // namespace replicator::detail

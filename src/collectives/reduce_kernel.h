@@ -35,6 +35,30 @@ class ReduceScratch {
   std::unique_ptr<std::byte[]> memory_;
 };
 
+// One reduction. Leaves may be partial results of aligned subtrees (their sizes, powers
+// of two, in `sizes`), kept in the accumulator type (`partial_size` bytes an element):
+// the tree over partials of the canonical subtrees of [0, n) in id order gives the same
+// bits as the tree over the n leaves, which is how the reduction across processes stays
+// identical to the one in a single process.
+struct ReduceCall {
+  ReduceOp op = ReduceOp::kSum;
+  DType dtype = DType::kF32;
+  const void* const* inputs = nullptr;
+  int n = 0;
+  const int* sizes = nullptr;    // leaf sizes; nullptr: every leaf is one replica
+  bool inputs_partial = false;   // inputs hold accumulators, not elements
+  void* const* outputs = nullptr;
+  int num_outputs = 0;
+  bool outputs_partial = false;  // write accumulators: no division, no rounding
+  std::size_t count = 0;
+  std::size_t divisor = 1;       // kMean divides by this (the total replica count)
+};
+void tree_reduce(const ReduceCall& call, ReduceScratch& scratch);
+
+// Bytes of one accumulator of `dtype` under `op` (f32 for 16-bit floats, i64 for the mean
+// of i32 and u8, else the element itself).
+std::size_t partial_size(DType dtype, ReduceOp op);
+
 // outputs[k][i] = tree(op, inputs[0][i], ..., inputs[n-1][i]) for i < count, k < num_outputs.
 // An output may alias an input only if every input element is read before it is written,
 // which holds when outputs alias inputs element for element (in-place all_reduce).
