@@ -20,6 +20,8 @@ struct Command {
 
 // Defined in bench_collectives.cc: `replicator bench collectives`.
 Command add_bench_collectives(CLI::App& bench);
+// Defined in launch.cc: `replicator launch`.
+Command add_launch(CLI::App& app);
 
 }  // namespace replicator::apps
 
@@ -31,6 +33,7 @@ int main(int argc, char** argv) {
   bench->require_subcommand(1);
   std::vector<Command> commands;
   commands.push_back(replicator::apps::add_bench_collectives(*bench));
+  commands.push_back(replicator::apps::add_launch(app));
 
   try {
     app.parse(argc, argv);

@@ -10,22 +10,44 @@
 
 namespace replicator {
 
+// What carries bytes between processes.
+enum class Engine {
+  kLocal,  // one process, shared memory only
+  kMpi,    // OpenMPI; processes started by mpirun/srun
+  kGloo,   // TCP; processes meet through a store (shared folder or Redis)
+};
+
 struct Config {
-  // Number of replicas (threads) in this process.
+  // Number of replicas (threads) in this process. A job has R = processes x local_replicas
+  // replicas; every process runs the same number.
   int local_replicas = 1;
+  Engine engine = Engine::kLocal;
+  // gloo: this process's rank, the number of processes, the rendezvous store
+  // ("file:///shared/dir" or "redis://host:port"), the address the other processes reach
+  // this one at, and a job name that keeps jobs sharing a store apart. mpi takes rank
+  // and size from MPI.
+  int rank = 0;
+  int world_size = 1;
+  std::string store;
+  std::string host = "127.0.0.1";
+  std::string job = "replicator";
   // Default deadline of every blocking call; a call's own `timeout` option overrides it.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   // How long a replica waiting for its peers spins before it parks on a futex. When
   // there are more replicas than cores, waiting replicas yield instead of spinning.
   std::chrono::microseconds spin{50};
 
-  // Defaults overridden by REPLICATOR_LOCAL_REPLICAS, REPLICATOR_TIMEOUT (e.g. "30s",
-  // "500ms", "2m") and REPLICATOR_SPIN ("50us"). Throws ConfigError naming the variable
-  // and the bad value.
+  // Defaults overridden by REPLICATOR_<OPTION> for every option of `options()`
+  // (REPLICATOR_LOCAL_REPLICAS, REPLICATOR_TIMEOUT such as "30s", REPLICATOR_ENGINE,
+  // REPLICATOR_RANK, REPLICATOR_WORLD_SIZE, REPLICATOR_STORE, ...). A process started by
+  // mpirun or srun (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK set) gets the mpi engine
+  // unless REPLICATOR_ENGINE says otherwise. Throws ConfigError naming the variable and
+  // the bad value.
   static Config from_env();
 
-  // Sets one option by name ("local-replicas", "timeout", "spin") from its text form.
-  // Throws ConfigError for an unknown name or an invalid value.
+  // Sets one option by name ("local-replicas", "timeout", "spin", "engine", "rank",
+  // "world-size", "store", "host", "job") from its text form. Throws ConfigError for an
+  // unknown name or an invalid value.
   void set(std::string_view name, std::string_view value);
 
   // The option names `set` accepts, with a one-line description each.
@@ -34,6 +56,8 @@ struct Config {
   // Throws ConfigError if a field is out of range (local_replicas < 1, timeout <= 0, ...).
   void validate() const;
 };
+
+std::string_view to_string(Engine engine);
 
 // Parses a duration such as "250ms", "30s", "2m", "10us"; a bare number is milliseconds.
 // Throws ConfigError mentioning `what` on bad input.

@@ -6,8 +6,10 @@
 //   });
 //   float mean = repl.reduce(replicator::ReduceOp::kMean, loss);
 //
-// The replicas are persistent threads made by the constructor. Two Replicators are
-// independent. A Replicator is driven from one thread at a time: run, per_replica and
+// The replicas are persistent threads made by the constructor. With the mpi or gloo
+// engine the job spans several processes, each running the same program with the same
+// number of local replicas: replica ids are rank * local_replicas + local id, and every
+// collective and reduce() covers all of them. Two Replicators are independent. A Replicator is driven from one thread at a time: run, per_replica and
 // reduce are not to be called concurrently on the same Replicator, nor from a step.
 #pragma once
 
@@ -30,6 +32,8 @@ namespace detail {
 class LocalGroup;
 class WorkerPool;
 class ReduceScratch;
+class Transport;
+struct ProcessLayout;
 
 // A non-owning reference to a callable taking ReplicaContext&.
 struct StepRef {
@@ -40,8 +44,14 @@ struct StepRef {
 
 class Replicator {
  public:
-  // Starts config.local_replicas replica threads. Throws ConfigError on a bad config.
+  // Starts config.local_replicas replica threads; with the mpi or gloo engine, first joins
+  // the other processes (blocks until all have joined, at most config.timeout). Throws
+  // ConfigError on a bad config or when processes disagree on local_replicas, and the
+  // engine's errors (Timeout, PeerLost) when the rendezvous fails.
   explicit Replicator(Config config = Config{});
+  // The same over a transport made by the caller (an engine of its own, or the in-memory
+  // fake the tests use); config.engine is ignored.
+  Replicator(Config config, std::unique_ptr<detail::Transport> transport);
   // Stops and joins the replica threads. Not to be called while run() is in progress.
   ~Replicator();
   Replicator(const Replicator&) = delete;
@@ -58,7 +68,9 @@ class Replicator {
   // replica() set; any other exception is wrapped in ReplicaFailed. The Replicator stays
   // usable for the next run. A replica that returns while its peers wait in a
   // collective makes them raise CollectiveMismatch. run cannot interrupt user code that
-  // never returns or calls a collective.
+  // never returns or calls a collective. In a job of several processes a failure also
+  // releases the replicas of the other processes (Aborted, or PeerLost if a process
+  // died); the job cannot run again after one and should be restarted.
   template <typename Fn>
   auto run(Fn&& fn) -> PerReplica<std::invoke_result_t<Fn&, ReplicaContext&>> {
     using R = std::invoke_result_t<Fn&, ReplicaContext&>;
@@ -92,11 +104,20 @@ class Replicator {
   // Combines one value per replica with `op` over ALL replicas, in the same canonical tree
   // order as the collectives. T is an element type (float, double, int32_t, int64_t,
   // uint8_t, bfloat16, float16). Throws InvalidArgument if `values` does not hold one value
-  // per local replica. Does not block on other replicas in a one-process job.
+  // per local replica. In a one-process job it does not block; across processes it is a
+  // collective (every process calls it at the same point) and throws as run.
   template <typename T>
-  T reduce(ReduceOp op, const PerReplica<T>& values) const {
+  T reduce(ReduceOp op, const PerReplica<T>& values) {
     static_assert(kIsElement<T>, "reduce takes a PerReplica of an element type");
     check_reduce_size(values.size());
+    if (num_replicas() != num_local_replicas()) {
+      PerReplica<T> reduced = run([&](ReplicaContext& ctx) {
+        T value = values[ctx];
+        ctx.all_reduce(std::span<T>(&value, 1), {.op = op});
+        return value;
+      });
+      return reduced[0];
+    }
     std::vector<const void*> inputs;
     for (const T& v : values) inputs.push_back(&v);
     T out{};
@@ -115,6 +136,9 @@ class Replicator {
   void reduce_erased(ReduceOp op, DType dtype, const void* const* inputs, void* out) const;
 
   Config config_;
+  std::unique_ptr<detail::Transport> transport_;  // null for the local engine
+  std::unique_ptr<detail::ProcessLayout> layout_;  // null in a one-process job
+  std::string broken_;  // why a multi-process job can no longer run, if it cannot
   std::unique_ptr<detail::LocalGroup> group_;
   std::unique_ptr<detail::WorkerPool> pool_;
   std::unique_ptr<detail::ReduceScratch> reduce_scratch_;  // for reduce(), made once

@@ -63,6 +63,40 @@ void Config::set(std::string_view name, std::string_view value) {
     timeout = std::chrono::duration_cast<std::chrono::milliseconds>(d);
   } else if (name == "spin") {
     spin = parse_duration(value, what);
+  } else if (name == "engine") {
+    if (value == "local") {
+      engine = Engine::kLocal;
+    } else if (value == "mpi") {
+      engine = Engine::kMpi;
+    } else if (value == "gloo") {
+      engine = Engine::kGloo;
+    } else {
+      throw ConfigError(what + " must be local, mpi or gloo, got '" + std::string(value) + "'");
+    }
+  } else if (name == "rank") {
+    const long long n = parse_integer(value, what);
+    if (n < 0 || n > 1'000'000) {
+      throw ConfigError(what + " must be a process rank >= 0, got '" + std::string(value) + "'");
+    }
+    rank = static_cast<int>(n);
+  } else if (name == "world-size") {
+    const long long n = parse_integer(value, what);
+    if (n < 1 || n > 1'000'000) {
+      throw ConfigError(what + " must be a process count >= 1, got '" + std::string(value) + "'");
+    }
+    world_size = static_cast<int>(n);
+  } else if (name == "store") {
+    if (!value.starts_with("file://") && !value.starts_with("redis://")) {
+      throw ConfigError(what + " must be file:///shared/dir or redis://host:port, got '" +
+                        std::string(value) + "'");
+    }
+    store = value;
+  } else if (name == "host") {
+    if (value.empty()) throw ConfigError(what + " must not be empty");
+    host = value;
+  } else if (name == "job") {
+    if (value.empty()) throw ConfigError(what + " must not be empty");
+    job = value;
   } else {
     std::string known;
     for (const auto& [option, help] : options()) known += (known.empty() ? "" : ", ") + option;
@@ -73,11 +107,21 @@ void Config::set(std::string_view name, std::string_view value) {
 std::vector<std::pair<std::string, std::string>> Config::options() {
   return {{"local-replicas", "replicas (threads) in this process"},
           {"timeout", "deadline of every blocking call, e.g. 30s"},
-          {"spin", "busy-wait before parking, e.g. 50us"}};
+          {"spin", "busy-wait before parking, e.g. 50us"},
+          {"engine", "local, mpi or gloo"},
+          {"rank", "gloo: this process's rank"},
+          {"world-size", "gloo: number of processes"},
+          {"store", "gloo: rendezvous, file:///shared/dir or redis://host:port"},
+          {"host", "gloo: address the other processes reach this one at"},
+          {"job", "gloo: job name, keeps jobs sharing a store apart"}};
 }
 
 Config Config::from_env() {
   Config config;
+  // A process started by an MPI launcher runs on the mpi engine unless told otherwise.
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) {
+    if (std::getenv(var) != nullptr) config.engine = Engine::kMpi;
+  }
   for (const auto& [option, help] : options()) {
     std::string var = "REPLICATOR_";
     for (const char c : option) var += c == '-' ? '_' : static_cast<char>(std::toupper(c));
@@ -103,6 +147,38 @@ void Config::validate() const {
   if (spin.count() < 0) {
     throw ConfigError("spin must not be negative, got " + std::to_string(spin.count()) + "us");
   }
+  if (engine == Engine::kGloo) {
+    if (store.empty()) {
+      throw ConfigError("the gloo engine needs a rendezvous store: set REPLICATOR_STORE (or "
+                        "--store) to file:///shared/dir or redis://host:port, or start the "
+                        "processes with `replicator launch`");
+    }
+    if (rank >= world_size) {
+      throw ConfigError("rank " + std::to_string(rank) + " is not below world-size " +
+                        std::to_string(world_size));
+    }
+  }
+#if !defined(REPLICATOR_HAVE_MPI)
+  if (engine == Engine::kMpi) {
+    throw ConfigError("the mpi engine is not part of this build (OpenMPI was not found when "
+                      "it was built); use engine gloo or local");
+  }
+#endif
+#if !defined(REPLICATOR_HAVE_GLOO)
+  if (engine == Engine::kGloo) {
+    throw ConfigError("the gloo engine is not part of this build (Gloo was not found when it "
+                      "was built); use engine mpi or local");
+  }
+#endif
+}
+
+std::string_view to_string(Engine engine) {
+  switch (engine) {
+    case Engine::kLocal: return "local";
+    case Engine::kMpi: return "mpi";
+    case Engine::kGloo: return "gloo";
+  }
+  return "?";
 }
 
 }  // namespace replicator

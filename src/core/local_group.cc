@@ -52,7 +52,9 @@ struct LocalGroup::Slot {
 
   // Owned by the replica's thread.
   alignas(64) std::uint64_t phase = 0;
+  std::uint64_t departures = 0;
   ReduceScratch scratch;
+  LaneScratch lane;                         // collectives across processes
   std::vector<const Descriptor*> calls[2];  // calls[p][j] = &slot j's desc[p]
   std::vector<std::byte*> staging_of[2];    // staging_of[p][j] = slot j's staging[p]
   std::vector<const void*> in_ptrs;
@@ -60,8 +62,11 @@ struct LocalGroup::Slot {
 };
 
 LocalGroup::LocalGroup(int num_replicas, std::chrono::milliseconds timeout,
-                       std::chrono::microseconds spin)
+                       std::chrono::microseconds spin, const ProcessLayout* layout)
     : n_(num_replicas),
+      layout_(layout),
+      first_(layout ? layout->rank * num_replicas : 0),
+      total_(layout ? layout->replicas() : num_replicas),
       timeout_(timeout),
       // Spinning only pays when every replica (and the driving thread) has a core.
       spin_(static_cast<unsigned>(num_replicas) < std::max(1u, std::thread::hardware_concurrency()) + 1
@@ -91,12 +96,13 @@ void LocalGroup::collective(int me, std::uint64_t& sequence, const Call& call) {
   }
   const int parity = static_cast<int>(sequence & 1);
   Descriptor& d = slot.desc[parity];
-  d = describe_call(call, me, n_);
+  d = describe_call(call, first_ + me, total_);
   d.sequence = sequence++;
-  if (n_ == 1) return run_single(d, slot.scratch);
+  if (total_ == 1) return run_single(d, slot.scratch);
 
   const auto deadline = Waiter::Clock::now() + timeout;
-  const Path path = choose_path(d, me, staging_capacity_);
+  // Across processes the local part always works on the replicas' own buffers.
+  const Path path = layout_ ? Path::kDirect : choose_path(d, me, staging_capacity_);
   if (path == Path::kStaged) stage(d, me, slot.staging[parity].get());
 
   arrive_and_wait(me, d, deadline, timeout);
@@ -111,6 +117,28 @@ void LocalGroup::collective(int me, std::uint64_t& sequence, const Call& call) {
                     .scratch = &slot.scratch,
                     .in_ptrs = slot.in_ptrs,
                     .out_ptrs = slot.out_ptrs};
+  if (layout_) {
+    try {
+      cross_process(peers, *layout_, slot.lane, deadline);
+    } catch (const CollectiveMismatch& e) {
+      // Every lane of every process reads the same frames and raises the same mismatch:
+      // nobody is left waiting, so the transport stays as it is.
+      fail(first_ + me, e.what());
+      depart(me);
+      throw;
+    } catch (const Error& e) {
+      // Release this process's other replicas, including those in an exchange (their
+      // lanes), and leave only once none of them touches this replica's buffers.
+      fail(first_ + me, e.what());
+      layout_->transport->abort(e.what());
+      depart(me);
+      throw;
+    }
+    depart(me);
+    const std::uint64_t seen = arrivals_.load(std::memory_order_acquire);
+    if (seen & kPoison) throw_poisoned(me);
+    return;
+  }
   switch (d.kind) {
     case OpKind::kAllReduce: all_reduce(peers); break;
     case OpKind::kBroadcast: broadcast(peers); break;
@@ -154,7 +182,7 @@ void LocalGroup::arrive_and_wait(int me, const Descriptor& d, Waiter::Clock::tim
     for (int j = 0; j < n_; ++j) {
       if (slots_[static_cast<std::size_t>(j)]->arrived_phase.load(std::memory_order_relaxed) <
           phase) {
-        missing.push_back(j);
+        missing.push_back(first_ + j);
       }
     }
     const std::string what =
@@ -164,7 +192,7 @@ void LocalGroup::arrive_and_wait(int me, const Descriptor& d, Waiter::Clock::tim
         " never arrived. Check that every replica issues the same collectives, or raise the "
         "timeout (Config::timeout or the call's timeout option).";
     cause_ = Cause{.timed_out = true,
-                   .replica = me,
+                   .replica = first_ + me,
                    .what = what,
                    .op = std::string(op_name(d.kind)),
                    .sequence = d.sequence,
@@ -194,7 +222,8 @@ bool LocalGroup::poison(std::optional<std::uint64_t> expected) {
   }
 }
 
-void LocalGroup::throw_poisoned(int me) {
+void LocalGroup::throw_poisoned(int local_me) {
+  const int me = first_ + local_me;
   std::unique_lock lock(mu_);
   const Cause cause = cause_.value_or(Cause{.what = "the group was stopped"});
   lock.unlock();
@@ -225,13 +254,27 @@ void LocalGroup::check_match(int me, const Descriptor& d,
     std::size_t k = j;
     while (k + 1 < described.size() && described[k + 1] == described[j]) ++k;
     message += (j ? "; " : "") + std::string(k > j ? "replicas " : "replica ") +
-               std::to_string(j) + (k > j ? "-" + std::to_string(k) : "") + " called " +
+               std::to_string(first_ + static_cast<int>(j)) +
+               (k > j ? "-" + std::to_string(first_ + static_cast<int>(k)) : "") + " called " +
                described[j];
     j = k + 1;
   }
   message += ". Every replica must issue the same collectives in the same order, with the "
-             "same dtype, size, root and reduce op (seen by replica " + std::to_string(me) + ").";
+             "same dtype, size, root and reduce op (seen by replica " + std::to_string(first_ + me) +
+             ").";
   throw CollectiveMismatch(message, d.sequence, std::move(described));
+}
+
+void LocalGroup::depart(int me) {
+  Slot& slot = *slots_[static_cast<std::size_t>(me)];
+  const std::uint64_t target = ++slot.departures * static_cast<std::uint64_t>(n_);
+  if (departures_.fetch_add(1, std::memory_order_acq_rel) + 1 == target) {
+    waiter_.notify();
+    return;
+  }
+  const auto done = [&] { return departures_.load(std::memory_order_acquire) >= target; };
+  while (!waiter_.wait(done, Waiter::Clock::now() + std::chrono::seconds(1), spin_)) {
+  }
 }
 
 void LocalGroup::fail(int replica, const std::string& what) {
@@ -246,9 +289,11 @@ void LocalGroup::fail(int replica, const std::string& what) {
 void LocalGroup::reset() {
   arrivals_.store(0, std::memory_order_relaxed);
   poisoned_at_.store(0, std::memory_order_relaxed);
+  departures_.store(0, std::memory_order_relaxed);
   cause_.reset();
   for (auto& slot : slots_) {
     slot->phase = 0;
+    slot->departures = 0;
     slot->arrived_phase.store(0, std::memory_order_relaxed);
   }
 }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "replicator/replica_context.h"
+#include "src/collectives/cross_process.h"
 #include "src/collectives/peers.h"
 #include "src/core/waiter.h"
 
@@ -30,7 +31,11 @@ namespace replicator::detail {
 
 class LocalGroup {
  public:
-  LocalGroup(int num_replicas, std::chrono::milliseconds timeout, std::chrono::microseconds spin);
+  // `num_replicas` local replicas; with `layout` (not owned, may be null for a one-process
+  // job) they are replicas layout->rank * num_replicas + 0..num_replicas-1 of a job that
+  // spans layout->processes processes.
+  LocalGroup(int num_replicas, std::chrono::milliseconds timeout, std::chrono::microseconds spin,
+             const ProcessLayout* layout = nullptr);
   ~LocalGroup();
   LocalGroup(const LocalGroup&) = delete;
   LocalGroup& operator=(const LocalGroup&) = delete;
@@ -60,12 +65,20 @@ class LocalGroup {
   // value `seen`; throws the poison's error if the group was poisoned before it did.
   bool phase_complete(int me, std::uint64_t seen, std::uint64_t target);
   [[noreturn]] void throw_poisoned(int me);
+  // Across processes: waits until every local replica has left the data phase of the
+  // current collective (normally or by an error), so no replica leaves while a peer thread
+  // still reads or writes its buffers. Ignores the poison; bounded because a thread in an
+  // exchange is released by its deadline or by the transport's abort.
+  void depart(int me);
   // Sets the poison bit; the caller holds mu_ and has set cause_. Returns false if
   // `expected` (the counter value to poison at; empty: whatever it is) was stale.
   bool poison(std::optional<std::uint64_t> expected);
   void check_match(int me, const Descriptor& d, std::span<const Descriptor* const> calls);
 
-  const int n_;
+  const int n_;                    // local replicas
+  const ProcessLayout* layout_;    // null in a one-process job
+  const int first_;                // global id of local replica 0
+  const int total_;                // replicas in the job
   const std::chrono::milliseconds timeout_;
   const std::chrono::microseconds spin_;
   const std::size_t staging_capacity_;
@@ -75,6 +88,7 @@ class LocalGroup {
   // The arrival count when the poison bit was set: phases with a target at or below it
   // completed before the poison and finish normally. Written under mu_ before the bit.
   std::atomic<std::uint64_t> poisoned_at_{0};
+  alignas(64) std::atomic<std::uint64_t> departures_{0};
   Waiter waiter_;
 
   // Why the group is poisoned; written once under mu_ before the poison bit is visible.

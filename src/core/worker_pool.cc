@@ -88,8 +88,21 @@ void WorkerPool::loop(int local) {
 }
 
 void WorkerPool::record_failure(int /*local*/, std::exception_ptr error) {
+  const auto is_aborted = [](const std::exception_ptr& e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const Aborted&) {
+      return true;
+    } catch (...) {
+      return false;
+    }
+  };
   std::lock_guard lock(error_mu_);
-  if (!first_error_) first_error_ = std::move(error);
+  // The first failure, but an Aborted (a consequence of some failure) gives way to the
+  // failure itself when that is recorded later.
+  if (!first_error_ || (is_aborted(first_error_) && !is_aborted(error))) {
+    first_error_ = std::move(error);
+  }
 }
 
 }  // namespace replicator::detail

@@ -95,7 +95,31 @@ TEST(ConfigTest, OptionsListsEveryNameSetAccepts) {
     names.push_back(name);
     EXPECT_FALSE(help.empty()) << name;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"local-replicas", "timeout", "spin"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"local-replicas", "timeout", "spin", "engine", "rank",
+                                             "world-size", "store", "host", "job"}));
+}
+
+TEST(ConfigTest, EngineOptions) {
+  Config config;
+  config.set("engine", "gloo");
+  EXPECT_EQ(config.engine, Engine::kGloo);
+  EXPECT_THROW(config.validate(), ConfigError);  // gloo needs a store
+  config.set("store", "file:///tmp/rendezvous");
+  config.set("world-size", "2");
+  config.set("rank", "1");
+  EXPECT_EQ(config.rank, 1);
+  EXPECT_EQ(config.world_size, 2);
+  config.set("rank", "2");
+  EXPECT_THROW(config.validate(), ConfigError);  // rank must be below world-size
+  EXPECT_THROW(config.set("engine", "nccl"), ConfigError);
+  EXPECT_THROW(config.set("store", "tcp://host:1"), ConfigError);
+  EXPECT_THROW(config.set("world-size", "0"), ConfigError);
+  try {
+    config.set("store", "/tmp/x");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("redis://host:port"), std::string::npos) << e.what();
+  }
 }
 
 // ---- parse_duration ---------------------------------------------------------------------

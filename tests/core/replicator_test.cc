@@ -219,7 +219,7 @@ TEST(ReplicatorReduceTest, SingleReplicaReduceIsTheIdentity) {
 }
 
 TEST(ReplicatorReduceTest, WrongNumberOfValuesIsInvalidArgument) {
-  const Replicator repl(with_replicas(3));
+  Replicator repl(with_replicas(3));
   const PerReplica<float> too_few(std::deque<float>{1.0f, 2.0f});
   try {
     repl.reduce(ReduceOp::kSum, too_few);

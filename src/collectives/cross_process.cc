@@ -1,0 +1,587 @@
+#include "src/collectives/cross_process.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <string>
+
+#include "replicator/errors.h"
+
+namespace replicator::detail {
+namespace {
+
+// Frames are fixed-size so that two processes that disagree about a collective still
+// exchange well-formed messages and can say what each called.
+constexpr std::size_t kFrameBytes = 256;
+constexpr std::size_t kHeaderBytes = 64;
+constexpr std::size_t kFramePayload = kFrameBytes - kHeaderBytes;
+
+struct FrameHeader {
+  std::uint64_t sequence;
+  std::uint64_t count;
+  std::uint64_t layout;
+  std::int32_t root;
+  std::uint8_t kind;
+  std::uint8_t op;
+  std::uint8_t dtype;
+  std::uint8_t unused;
+  std::uint32_t num_buffers;
+};
+static_assert(sizeof(FrameHeader) <= kHeaderBytes);
+
+FrameHeader header_of(const Descriptor& d) {
+  return {.sequence = d.sequence,
+          .count = d.count,
+          .layout = d.layout,
+          .root = d.root,
+          .kind = static_cast<std::uint8_t>(d.kind),
+          .op = static_cast<std::uint8_t>(d.op),
+          .dtype = static_cast<std::uint8_t>(d.dtype),
+          .unused = 0,
+          .num_buffers = static_cast<std::uint32_t>(d.call.buffers.size())};
+}
+
+bool same_call(const FrameHeader& a, const FrameHeader& b) {
+  return a.sequence == b.sequence && a.count == b.count && a.layout == b.layout &&
+         a.root == b.root && a.kind == b.kind && a.op == b.op && a.dtype == b.dtype;
+}
+
+std::string describe(const FrameHeader& h) {
+  Descriptor d;
+  d.kind = static_cast<OpKind>(h.kind);
+  d.op = static_cast<ReduceOp>(h.op);
+  d.dtype = static_cast<DType>(h.dtype);
+  d.root = h.root;
+  d.count = h.count;
+  d.layout = h.layout;
+  d.sequence = h.sequence;
+  return d.describe() + (h.num_buffers > 1 ? " [" + std::to_string(h.num_buffers) + " buffers]"
+                                           : std::string());
+}
+
+std::string replicas_of(const ProcessLayout& layout, int process) {
+  const int first = process * layout.local;
+  if (layout.local == 1) return "replica " + std::to_string(first);
+  return "replicas " + std::to_string(first) + "-" + std::to_string(first + layout.local - 1);
+}
+
+// Transport errors name processes; the user thinks in replicas.
+void exchange(const ProcessLayout& layout, int lane, std::span<const SendOp> sends,
+              std::span<const RecvOp> recvs, Transport::Clock::time_point deadline,
+              const Descriptor& d) {
+  try {
+    layout.transport->exchange(lane, sends, recvs, deadline);
+  } catch (const Timeout& e) {
+    std::vector<int> missing;
+    std::string names;
+    for (const int process : e.missing()) {
+      for (int l = 0; l < layout.local; ++l) missing.push_back(process * layout.local + l);
+      names += (names.empty() ? "" : ", ") + std::string("process ") + std::to_string(process) +
+               " (" + replicas_of(layout, process) + ")";
+    }
+    throw Timeout(std::string(op_name(d.kind)) + " #" + std::to_string(d.sequence) + " (" +
+                      d.describe() + ") timed out after " +
+                      std::to_string(e.deadline().count()) + " ms waiting for " + names +
+                      ". Check that every replica issues the same collectives, or raise the "
+                      "timeout.",
+                  std::string(op_name(d.kind)), d.sequence, e.deadline(), std::move(missing));
+  } catch (const PeerLost& e) {
+    throw PeerLost("lost process " + std::to_string(e.peer()) + " (" +
+                       replicas_of(layout, e.peer()) + ") during " +
+                       std::string(op_name(d.kind)) + " #" + std::to_string(d.sequence) + ": " +
+                       e.what(),
+                   e.peer());
+  }
+}
+
+// Sends this lane's frame (header + `payload`) to every other process and receives
+// theirs; throws CollectiveMismatch if any process called something else. Returns the
+// frames by process (this process's own at index rank).
+const std::byte* exchange_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                                 Transport::Clock::time_point deadline, const void* payload,
+                                 std::size_t payload_bytes) {
+  const int P = layout.processes;
+  lane.frames.resize(static_cast<std::size_t>(P) * kFrameBytes);
+  std::byte* frames = lane.frames.data();
+  std::byte* mine = frames + static_cast<std::size_t>(layout.rank) * kFrameBytes;
+  const FrameHeader header = header_of(p.mine());
+  std::memcpy(mine, &header, sizeof header);
+  if (payload_bytes > 0) std::memcpy(mine + kHeaderBytes, payload, payload_bytes);
+  lane.sends.clear();
+  lane.recvs.clear();
+  for (int q = 0; q < P; ++q) {
+    if (q == layout.rank) continue;
+    lane.sends.push_back({q, mine, kFrameBytes});
+    lane.recvs.push_back({q, frames + static_cast<std::size_t>(q) * kFrameBytes, kFrameBytes});
+  }
+  exchange(layout, p.me, lane.sends, lane.recvs, deadline, p.mine());
+  bool same = true;
+  for (int q = 0; q < P; ++q) {
+    FrameHeader theirs;
+    std::memcpy(&theirs, frames + static_cast<std::size_t>(q) * kFrameBytes, sizeof theirs);
+    same = same && same_call(theirs, header);
+  }
+  if (same) return frames;
+  std::vector<std::string> calls;
+  std::string message = "collective #" + std::to_string(header.sequence) +
+                        " does not match across processes: ";
+  for (int q = 0; q < P; ++q) {
+    FrameHeader theirs;
+    std::memcpy(&theirs, frames + static_cast<std::size_t>(q) * kFrameBytes, sizeof theirs);
+    const std::string call = describe(theirs);
+    for (int l = 0; l < layout.local; ++l) calls.push_back(call);
+    message += (q ? "; " : "") + std::string("process ") + std::to_string(q) + " (" +
+               replicas_of(layout, q) + ") called " + call;
+  }
+  message += ". Every replica must issue the same collectives in the same order, with the "
+             "same dtype, size, root and reduce op.";
+  throw CollectiveMismatch(message, header.sequence, std::move(calls));
+}
+
+const std::byte* payload_of(const std::byte* frames, int process) {
+  return frames + static_cast<std::size_t>(process) * kFrameBytes + kHeaderBytes;
+}
+
+// Calls fn(buffer index, element offset in the buffer, length, offset from `begin`) for
+// each piece of the element range [begin, end) of the concatenation of `buffers`.
+template <typename Fn>
+void for_each_piece(std::span<const Buffer> buffers, std::uint64_t begin, std::uint64_t end,
+                    Fn&& fn) {
+  std::uint64_t base = 0;
+  for (std::size_t i = 0; i < buffers.size() && base < end; ++i) {
+    const std::uint64_t lo = std::max(begin, base);
+    const std::uint64_t hi = std::min(end, base + buffers[i].count);
+    if (lo < hi) fn(i, lo - base, hi - lo, lo - begin);
+    base += buffers[i].count;
+  }
+}
+
+// Bytes of [begin, end) as accumulators (op) or as elements.
+std::size_t partial_bytes(std::span<const Buffer> buffers, std::uint64_t begin,
+                          std::uint64_t end, ReduceOp op) {
+  std::size_t bytes = 0;
+  for_each_piece(buffers, begin, end, [&](std::size_t i, std::uint64_t, std::uint64_t len,
+                                          std::uint64_t) {
+    bytes += len * partial_size(buffers[i].dtype, op);
+  });
+  return bytes;
+}
+
+std::size_t element_bytes(std::span<const Buffer> buffers, std::uint64_t begin,
+                          std::uint64_t end) {
+  std::size_t bytes = 0;
+  for_each_piece(buffers, begin, end, [&](std::size_t i, std::uint64_t, std::uint64_t len,
+                                          std::uint64_t) {
+    bytes += len * dtype_size(buffers[i].dtype);
+  });
+  return bytes;
+}
+
+std::byte* element(const Buffer& b, std::uint64_t offset) {
+  return static_cast<std::byte*>(b.data) + offset * dtype_size(b.dtype);
+}
+
+// ---- all_reduce ---------------------------------------------------------------------
+// Thread l reduces its slice [lo, hi): (1) its process's subtree partials of the slice,
+// from the local buffers; (2) the slice is cut into P parts, part q is owned by process
+// q: each process sends its partials of part q to q and receives everyone's partials of
+// its own part; (3) the owner combines them in id order and sends the result to all;
+// (4) the slice's result is written into every local buffer. Bytes sent per process:
+// about (k + 1)·(P-1)/P of the slice, k = its number of subtrees (1 when L is a power of
+// two). A slice whose partials fit in a frame travels in the frames: one round trip.
+void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                       Transport::Clock::time_point deadline) {
+  const Descriptor& d = p.mine();
+  const std::span<const Buffer> buffers = d.call.buffers;
+  const ReduceOp op = d.op;
+  const int rank = layout.rank;
+  const int P = layout.processes;
+  const int first_local = rank * layout.local;
+  const auto [lo, hi] = slice_of(d.count, p.me, layout.local);
+  const std::vector<Subtree>& mine = layout.subtrees[static_cast<std::size_t>(rank)];
+  const std::size_t row = partial_bytes(buffers, lo, hi, op);
+  const auto divisor = static_cast<std::size_t>(layout.replicas());
+  const bool small = static_cast<std::size_t>(layout.max_subtrees) * row <= kFramePayload;
+
+  // Arena: my partial rows | received partial rows | result row (elements).
+  const std::size_t rows_bytes = mine.size() * row;
+  std::size_t recv_bytes = 0;
+  if (!small) {
+    for (int q = 0; q < P; ++q) {
+      if (q != rank) recv_bytes += layout.subtrees[static_cast<std::size_t>(q)].size() * row;
+    }
+  }
+  const std::size_t result_bytes = small ? 0 : element_bytes(buffers, lo, hi);
+  std::byte* rows = lane.reserve(rows_bytes + recv_bytes + result_bytes);
+  std::byte* received = rows + rows_bytes;
+  std::byte* result = received + recv_bytes;
+
+  // (1) Partials over my subtrees, straight from the local replicas' buffers.
+  for (std::size_t b = 0; b < mine.size(); ++b) {
+    std::size_t offset = 0;
+    for_each_piece(buffers, lo, hi, [&](std::size_t i, std::uint64_t at, std::uint64_t len,
+                                        std::uint64_t) {
+      lane.inputs.clear();
+      for (int r = mine[b].first; r < mine[b].first + mine[b].size; ++r) {
+        lane.inputs.push_back(element(p.of(r - first_local).call.buffers[i], at));
+      }
+      void* out = rows + b * row + offset;
+      tree_reduce({.op = op,
+                   .dtype = buffers[i].dtype,
+                   .inputs = lane.inputs.data(),
+                   .n = mine[b].size,
+                   .outputs = &out,
+                   .num_outputs = 1,
+                   .outputs_partial = true,
+                   .count = len},
+                  *p.scratch);
+      offset += len * partial_size(buffers[i].dtype, op);
+    });
+  }
+
+  // Combines everyone's partials of [a, b) (at byte `offset` of a row; others' rows from
+  // `row_of(q, b)`) into `outputs_of(piece)`.
+  lane.sizes.clear();
+  for (int q = 0; q < P; ++q) {
+    for (const Subtree& s : layout.subtrees[static_cast<std::size_t>(q)]) lane.sizes.push_back(s.size);
+  }
+  const auto combine = [&](std::uint64_t a, std::uint64_t b, auto&& row_of, auto&& outputs_of) {
+    std::size_t offset = 0;
+    for_each_piece(buffers, a, b, [&](std::size_t i, std::uint64_t at, std::uint64_t len,
+                                      std::uint64_t from_a) {
+      lane.inputs.clear();
+      for (int q = 0; q < P; ++q) {
+        const auto& trees = layout.subtrees[static_cast<std::size_t>(q)];
+        for (std::size_t t = 0; t < trees.size(); ++t) lane.inputs.push_back(row_of(q, t) + offset);
+      }
+      outputs_of(i, at, from_a);
+      tree_reduce({.op = op,
+                   .dtype = buffers[i].dtype,
+                   .inputs = lane.inputs.data(),
+                   .n = static_cast<int>(lane.inputs.size()),
+                   .sizes = lane.sizes.data(),
+                   .inputs_partial = true,
+                   .outputs = lane.outputs.data(),
+                   .num_outputs = static_cast<int>(lane.outputs.size()),
+                   .count = len,
+                   .divisor = divisor},
+                  *p.scratch);
+      offset += len * partial_size(buffers[i].dtype, op);
+    });
+  };
+
+  if (small) {
+    const std::byte* frames = exchange_frames(p, layout, lane, deadline, rows, rows_bytes);
+    combine(
+        lo, hi,
+        [&](int q, std::size_t t) -> const std::byte* {
+          return (q == rank ? rows : payload_of(frames, q)) + t * row;
+        },
+        [&](std::size_t i, std::uint64_t at, std::uint64_t) {
+          lane.outputs.clear();
+          for (int l = 0; l < layout.local; ++l) {
+            lane.outputs.push_back(element(p.of(l).call.buffers[i], at));
+          }
+        });
+    return;
+  }
+  exchange_frames(p, layout, lane, deadline, nullptr, 0);
+
+  // (2) Partials of part q go to process q.
+  const auto part = [&](int q) {
+    const auto [a, b] = slice_of(hi - lo, q, P);
+    return std::pair<std::uint64_t, std::uint64_t>{lo + a, lo + b};
+  };
+  const auto [my_a, my_b] = part(rank);
+  const std::size_t my_part_offset = partial_bytes(buffers, lo, my_a, op);
+  const std::size_t my_part_bytes = partial_bytes(buffers, my_a, my_b, op);
+  lane.sends.clear();
+  lane.recvs.clear();
+  std::byte* cursor = received;
+  for (int q = 0; q < P; ++q) {
+    if (q == rank) continue;
+    const auto [a, b] = part(q);
+    const std::size_t off = partial_bytes(buffers, lo, a, op);
+    const std::size_t bytes = partial_bytes(buffers, a, b, op);
+    for (std::size_t t = 0; t < mine.size(); ++t) lane.sends.push_back({q, rows + t * row + off, bytes});
+    for (std::size_t t = 0; t < layout.subtrees[static_cast<std::size_t>(q)].size(); ++t) {
+      lane.recvs.push_back({q, cursor, my_part_bytes});
+      cursor += my_part_bytes;
+    }
+  }
+  exchange(layout, p.me, lane.sends, lane.recvs, deadline, d);
+
+  // (3) Combine my part; its result goes to the result row.
+  const std::size_t my_result_offset = element_bytes(buffers, lo, my_a);
+  combine(
+      my_a, my_b,
+      [&](int q, std::size_t t) -> const std::byte* {
+        if (q == rank) return rows + t * row + my_part_offset;
+        // Received rows are stored process by process, subtree by subtree.
+        std::size_t index = 0;
+        for (int k = 0; k < q; ++k) {
+          if (k != rank) index += layout.subtrees[static_cast<std::size_t>(k)].size();
+        }
+        return received + (index + t) * my_part_bytes;
+      },
+      [&](std::size_t, std::uint64_t, std::uint64_t from_a) {
+        lane.outputs.clear();
+        lane.outputs.push_back(result + my_result_offset +
+                               element_bytes(buffers, my_a, my_a + from_a));
+      });
+
+  lane.sends.clear();
+  lane.recvs.clear();
+  const std::size_t my_result_bytes = element_bytes(buffers, my_a, my_b);
+  for (int q = 0; q < P; ++q) {
+    if (q == rank) continue;
+    const auto [a, b] = part(q);
+    lane.sends.push_back({q, result + my_result_offset, my_result_bytes});
+    lane.recvs.push_back({q, result + element_bytes(buffers, lo, a), element_bytes(buffers, a, b)});
+  }
+  exchange(layout, p.me, lane.sends, lane.recvs, deadline, d);
+
+  // (4) The slice's result into every local buffer.
+  std::size_t offset = 0;
+  for_each_piece(buffers, lo, hi, [&](std::size_t i, std::uint64_t at, std::uint64_t len,
+                                      std::uint64_t) {
+    const std::size_t bytes = len * dtype_size(buffers[i].dtype);
+    for (int l = 0; l < layout.local; ++l) {
+      std::memcpy(element(p.of(l).call.buffers[i], at), result + offset, bytes);
+    }
+    offset += bytes;
+  });
+}
+
+// ---- all_gather: lane l carries replica (q, l)'s input between processes; thread l
+// writes blocks {q·L + l} of every local output.
+void all_gather_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                       Transport::Clock::time_point deadline) {
+  const Descriptor& d = p.mine();
+  exchange_frames(p, layout, lane, deadline, nullptr, 0);
+  const std::size_t block = d.call.input.bytes();
+  auto* out = static_cast<std::byte*>(d.call.output.data);
+  const auto block_of = [&](int q) {
+    return static_cast<std::size_t>(q * layout.local + p.me) * block;
+  };
+  lane.sends.clear();
+  lane.recvs.clear();
+  for (int q = 0; q < layout.processes; ++q) {
+    if (q == layout.rank) continue;
+    lane.sends.push_back({q, d.call.input.data, block});
+    lane.recvs.push_back({q, out + block_of(q), block});
+  }
+  exchange(layout, p.me, lane.sends, lane.recvs, deadline, d);
+  if (block == 0) return;
+  for (int q = 0; q < layout.processes; ++q) {
+    const std::byte* src =
+        q == layout.rank ? static_cast<const std::byte*>(d.call.input.data) : out + block_of(q);
+    for (int l = 0; l < layout.local; ++l) {
+      std::byte* dst = static_cast<std::byte*>(p.of(l).call.output.data) + block_of(q);
+      if (dst != src) std::memcpy(dst, src, block);
+    }
+  }
+}
+
+// ---- broadcast: thread l carries slice l of the root's buffers to the other processes.
+void broadcast_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                      Transport::Clock::time_point deadline) {
+  const Descriptor& d = p.mine();
+  exchange_frames(p, layout, lane, deadline, nullptr, 0);
+  const int root_process = d.root / layout.local;
+  const int root_local = d.root % layout.local;
+  const std::span<const Buffer> buffers = d.call.buffers;
+  const auto [lo, hi] = slice_of(d.count, p.me, layout.local);
+  const bool have_root = root_process == layout.rank;
+  const int source = have_root ? root_local : 0;  // where this process's copy lands first
+  lane.sends.clear();
+  lane.recvs.clear();
+  for_each_piece(buffers, lo, hi, [&](std::size_t i, std::uint64_t at, std::uint64_t len,
+                                      std::uint64_t) {
+    const std::size_t bytes = len * dtype_size(buffers[i].dtype);
+    std::byte* data = element(p.of(source).call.buffers[i], at);
+    if (have_root) {
+      for (int q = 0; q < layout.processes; ++q) {
+        if (q != layout.rank) lane.sends.push_back({q, data, bytes});
+      }
+    } else {
+      lane.recvs.push_back({root_process, data, bytes});
+    }
+  });
+  exchange(layout, p.me, lane.sends, lane.recvs, deadline, d);
+  for_each_piece(buffers, lo, hi, [&](std::size_t i, std::uint64_t at, std::uint64_t len,
+                                      std::uint64_t) {
+    const std::byte* src = element(p.of(source).call.buffers[i], at);
+    for (int l = 0; l < layout.local; ++l) {
+      if (l != source) {
+        std::memcpy(element(p.of(l).call.buffers[i], at), src, len * dtype_size(buffers[i].dtype));
+      }
+    }
+  });
+}
+
+// ---- reduce_scatter: thread l computes its process's partials of the blocks of local
+// replica l of every process, sends block q·L + l's partials to process q, and combines
+// the partials of its own block from all processes in id order.
+void reduce_scatter_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                           Transport::Clock::time_point deadline) {
+  const Descriptor& d = p.mine();
+  exchange_frames(p, layout, lane, deadline, nullptr, 0);
+  const Buffer& out = d.call.output;
+  const int P = layout.processes;
+  const int first_local = layout.rank * layout.local;
+  const std::vector<Subtree>& mine = layout.subtrees[static_cast<std::size_t>(layout.rank)];
+  const std::size_t row = out.count * partial_size(out.dtype, d.op);
+  std::size_t recv_rows = 0;
+  for (int q = 0; q < P; ++q) {
+    if (q != layout.rank) recv_rows += layout.subtrees[static_cast<std::size_t>(q)].size();
+  }
+  std::byte* rows = lane.reserve((static_cast<std::size_t>(P) * mine.size() + recv_rows) * row);
+  std::byte* received = rows + static_cast<std::size_t>(P) * mine.size() * row;
+  const std::size_t block = out.bytes();
+  for (int q = 0; q < P; ++q) {
+    const std::size_t at = static_cast<std::size_t>(q * layout.local + p.me) * block;
+    for (std::size_t t = 0; t < mine.size(); ++t) {
+      lane.inputs.clear();
+      for (int r = mine[t].first; r < mine[t].first + mine[t].size; ++r) {
+        lane.inputs.push_back(p.input_of(r - first_local) + at);
+      }
+      void* dst = rows + (static_cast<std::size_t>(q) * mine.size() + t) * row;
+      tree_reduce({.op = d.op, .dtype = out.dtype, .inputs = lane.inputs.data(),
+                   .n = mine[t].size, .outputs = &dst, .num_outputs = 1,
+                   .outputs_partial = true, .count = out.count},
+                  *p.scratch);
+    }
+  }
+  lane.sends.clear();
+  lane.recvs.clear();
+  std::byte* cursor = received;
+  for (int q = 0; q < P; ++q) {
+    if (q == layout.rank) continue;
+    for (std::size_t t = 0; t < mine.size(); ++t) {
+      lane.sends.push_back({q, rows + (static_cast<std::size_t>(q) * mine.size() + t) * row, row});
+    }
+    for (std::size_t t = 0; t < layout.subtrees[static_cast<std::size_t>(q)].size(); ++t) {
+      lane.recvs.push_back({q, cursor, row});
+      cursor += row;
+    }
+  }
+  exchange(layout, p.me, lane.sends, lane.recvs, deadline, d);
+  lane.inputs.clear();
+  lane.sizes.clear();
+  cursor = received;
+  for (int q = 0; q < P; ++q) {
+    for (std::size_t t = 0; t < layout.subtrees[static_cast<std::size_t>(q)].size(); ++t) {
+      if (q == layout.rank) {
+        lane.inputs.push_back(rows + (static_cast<std::size_t>(q) * mine.size() + t) * row);
+      } else {
+        lane.inputs.push_back(cursor);
+        cursor += row;
+      }
+      lane.sizes.push_back(layout.subtrees[static_cast<std::size_t>(q)][t].size);
+    }
+  }
+  void* dst = out.data;
+  tree_reduce({.op = d.op, .dtype = out.dtype, .inputs = lane.inputs.data(),
+               .n = static_cast<int>(lane.inputs.size()), .sizes = lane.sizes.data(),
+               .inputs_partial = true, .outputs = &dst, .num_outputs = 1, .count = out.count,
+               .divisor = static_cast<std::size_t>(layout.replicas())},
+              *p.scratch);
+}
+
+// ---- all_to_all: lane l carries, from each process q, block (p·L + l) of each of q's
+// local inputs to replica (p, l).
+void all_to_all_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                       Transport::Clock::time_point deadline) {
+  const Descriptor& d = p.mine();
+  exchange_frames(p, layout, lane, deadline, nullptr, 0);
+  const std::size_t block = d.call.output.bytes() / static_cast<std::size_t>(layout.replicas());
+  auto* out = static_cast<std::byte*>(d.call.output.data);
+  const int L = layout.local;
+  lane.sends.clear();
+  lane.recvs.clear();
+  for (int q = 0; q < layout.processes; ++q) {
+    if (q == layout.rank) continue;
+    for (int l = 0; l < L; ++l) {
+      lane.sends.push_back({q, p.input_of(l) + static_cast<std::size_t>(q * L + p.me) * block, block});
+      lane.recvs.push_back({q, out + static_cast<std::size_t>(q * L + l) * block, block});
+    }
+  }
+  exchange(layout, p.me, lane.sends, lane.recvs, deadline, d);
+  if (block == 0) return;
+  for (int l = 0; l < L; ++l) {
+    std::memcpy(out + static_cast<std::size_t>(layout.rank * L + l) * block,
+                p.input_of(l) + static_cast<std::size_t>(layout.rank * L + p.me) * block, block);
+  }
+}
+
+// ---- permute: the pair (s, d) travels on lane d % L, sent by that lane's thread in s's
+// process (reading s's input from shared memory).
+void permute_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                    Transport::Clock::time_point deadline) {
+  const Descriptor& d = p.mine();
+  exchange_frames(p, layout, lane, deadline, nullptr, 0);
+  const int L = layout.local;
+  const int me = layout.rank * L + p.me;
+  const Buffer& out = d.call.output;
+  lane.sends.clear();
+  lane.recvs.clear();
+  bool received = false;
+  for (const auto& [src, dst] : d.call.pairs) {
+    if (dst % L != p.me) continue;
+    const int src_process = src / L;
+    const int dst_process = dst / L;
+    if (src_process == layout.rank && dst_process != layout.rank) {
+      lane.sends.push_back({dst_process, p.input_of(src % L), out.bytes()});
+    }
+    if (dst == me) {
+      received = true;
+      if (src_process == layout.rank) {
+        if (out.count > 0) std::memcpy(out.data, p.input_of(src % L), out.bytes());
+      } else {
+        lane.recvs.push_back({src_process, out.data, out.bytes()});
+      }
+    }
+  }
+  exchange(layout, p.me, lane.sends, lane.recvs, deadline, d);
+  if (!received && out.count > 0) std::memset(out.data, 0, out.bytes());
+}
+
+}  // namespace
+
+std::vector<Subtree> canonical_subtrees(int begin, int end) {
+  // The canonical tree's nodes are the aligned power-of-two blocks inside [0, total):
+  // greedily take the largest aligned block that starts at `begin` and fits.
+  std::vector<Subtree> out;
+  while (begin < end) {
+    int size = begin == 0 ? static_cast<int>(std::bit_floor(static_cast<unsigned>(end)))
+                          : (begin & -begin);
+    while (begin + size > end) size /= 2;
+    out.push_back({begin, size});
+    begin += size;
+  }
+  return out;
+}
+
+std::byte* LaneScratch::reserve(std::size_t bytes) {
+  if (arena.size() < bytes) arena.resize(bytes);
+  return arena.data();
+}
+
+void cross_process(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                   Transport::Clock::time_point deadline) {
+  switch (p.mine().kind) {
+    case OpKind::kAllReduce: return all_reduce_across(p, layout, lane, deadline);
+    case OpKind::kAllGather: return all_gather_across(p, layout, lane, deadline);
+    case OpKind::kBroadcast: return broadcast_across(p, layout, lane, deadline);
+    case OpKind::kReduceScatter: return reduce_scatter_across(p, layout, lane, deadline);
+    case OpKind::kAllToAll: return all_to_all_across(p, layout, lane, deadline);
+    case OpKind::kPermute: return permute_across(p, layout, lane, deadline);
+    case OpKind::kBarrier:
+    case OpKind::kEndStep:
+      exchange_frames(p, layout, lane, deadline, nullptr, 0);
+      return;
+  }
+}
+
+}  // namespace replicator::detail

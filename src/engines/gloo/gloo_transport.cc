@@ -1,0 +1,830 @@
+// The gloo transport; the contract is in gloo_transport.h and transport.h.
+//
+// exchange() makes one Gloo unbound buffer per message, posts every receive, then every send,
+// all on one slot of the lane's context (Gloo matches the messages of one slot between two
+// processes in the order they were posted), then waits for each with the time left. Gloo
+// has no wait-for-any, so the waits run in order; a failure behind a wait still surfaces,
+// because a process that fails closes all its connections (see below), which fails the
+// wait in progress on every peer that talks to it.
+//
+// Gloo's waits end in one of three ways, and each is mapped by the clock, never by the text
+// of Gloo's message: the wait returns false (abort() woke it: Aborted); it throws
+// gloo::IoException after the deadline (Gloo's own timeout, which also closes every pair of
+// the lane: Timeout); it throws before the deadline (a connection closed or reset: the peer
+// died, PeerLost, or it announced a failure in the store, Aborted).
+//
+// Failing, or abort(), poisons the transport: the reason goes into the store under
+// "<job>/abort/<rank>" (a dead process leaves none, which is how the peers tell the two
+// apart: a peer whose connection closed looks for the notice for up to 200 ms, since after a
+// Gloo timeout the notice trails the close), every connection of every lane is closed, and
+// the waits in progress on other lanes are woken. Closing comes before waking, and before a failed
+// exchange destroys its buffers, so that Gloo's event loop never writes into memory of an exchange
+// that has returned.
+//
+// Known limit of Gloo 0.5: a message whose transfer was under way when its peer died is not
+// failed by Gloo (only messages still waiting for their peer are); such a wait ends at the
+// deadline, as a Timeout naming that peer.
+
+#include "src/engines/gloo/gloo_transport.h"
+
+// The Debian headers of Gloo include <hiredis.h>; hiredis installs it as <hiredis/hiredis.h>.
+#define HIREDIS_NESTED_INCLUDE 1
+
+#include <gloo/allreduce.h>
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/redis_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "replicator/errors.h"
+
+namespace replicator::detail {
+namespace {
+
+using Clock = Transport::Clock;
+using std::chrono::milliseconds;
+
+// The slot of every exchange. Gloo's own collectives use slots with prefixes 0x01..0x08 in
+// the top byte (gloo/types.h), so native_all_reduce_f32 on lane 0 never meets these messages.
+constexpr std::uint64_t kExchangeSlot = std::uint64_t{0x7e} << 56;
+constexpr std::uint32_t kAllreduceTag = 1;
+// Longest single wait handed to Gloo: it adds the wait to now() and must not overflow.
+constexpr milliseconds kMaxWait = std::chrono::hours(100);
+constexpr std::size_t kMaxAbortText = 4096;
+constexpr milliseconds kStorePoll{10};
+// How long a process whose peer's connection closed looks for the peer's failure notice
+// before it calls the peer lost. A peer that timed out writes its notice just after Gloo
+// closed its connections (Gloo closes them inside the wait that timed out), so the notice
+// can trail the close by a moment; a dead peer never writes one, and costs this much.
+constexpr milliseconds kAnnounceGrace{200};
+constexpr milliseconds kAnnouncePoll{2};
+
+std::string join_ranks(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+// What an exception from Gloo says, whatever its type.
+std::string what_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const gloo::EnforceNotMet& e) {
+    return e.msg();
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+// Gloo writes to sockets a dead peer may have closed, without MSG_NOSIGNAL: with SIGPIPE's
+// default action that write would kill this process instead of failing the exchange.
+void ignore_sigpipe_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL &&
+        (current.sa_flags & SA_SIGINFO) == 0) {
+      struct sigaction ignore {};
+      ignore.sa_handler = SIG_IGN;
+      sigemptyset(&ignore.sa_mask);
+      sigaction(SIGPIPE, &ignore, nullptr);
+    }
+  });
+}
+
+// ---- store ---------------------------------------------------------------------------
+
+struct StoreUrl {
+  bool redis = false;
+  std::string path;  // file store: absolute folder
+  std::string host;  // redis
+  int port = 6379;
+  std::string text;  // as given
+};
+
+[[noreturn]] void bad_url(const std::string& url, const std::string& why) {
+  throw ConfigError("gloo engine: store URL '" + url + "' is not valid (" + why +
+                    "); expected file:///absolute/folder or redis://host:port");
+}
+
+StoreUrl parse_store_url(const std::string& url) {
+  StoreUrl parsed;
+  parsed.text = url;
+  constexpr std::string_view kFile = "file://";
+  constexpr std::string_view kRedis = "redis://";
+  const std::string_view text = url;
+  if (text.starts_with(kFile)) {
+    parsed.path = std::string(text.substr(kFile.size()));
+    if (parsed.path.empty() || parsed.path[0] != '/') {
+      bad_url(url, "a file store names an absolute folder, with three slashes: file:///dir");
+    }
+    return parsed;
+  }
+  if (!text.starts_with(kRedis)) {
+    bad_url(url, url.empty() ? "it is empty" : "unknown scheme");
+  }
+  parsed.redis = true;
+  std::string_view rest = text.substr(kRedis.size());
+  if (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
+  std::string_view port;
+  if (rest.starts_with('[')) {  // [IPv6]:port
+    const auto close = rest.find(']');
+    if (close == std::string_view::npos) bad_url(url, "unclosed '[' in the host");
+    parsed.host = std::string(rest.substr(1, close - 1));
+    rest = rest.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest[0] != ':') bad_url(url, "expected ':port' after the host");
+      port = rest.substr(1);
+      if (port.empty()) bad_url(url, "empty port");
+    }
+  } else {
+    const auto colon = rest.rfind(':');
+    parsed.host = std::string(rest.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      port = rest.substr(colon + 1);
+      if (port.empty()) bad_url(url, "empty port");
+    }
+  }
+  if (parsed.host.empty()) bad_url(url, "no host");
+  if (parsed.host.find_first_of("/?#@") != std::string::npos) {
+    bad_url(url,
+            "the host holds '/', '?', '#' or '@'; paths, queries and passwords are not "
+            "supported");
+  }
+  if (!port.empty()) {
+    int value = 0;
+    const auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+    if (ec != std::errc() || ptr != port.data() + port.size() || value < 1 || value > 65535) {
+      bad_url(url, "the port must be a number from 1 to 65535, got '" + std::string(port) + "'");
+    }
+    parsed.port = value;
+  }
+  return parsed;
+}
+
+// A wait on the store reached the rendezvous deadline.
+struct StoreTimeout : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// FileStore::check is protected; the transport needs a look that does not wait.
+class FileStore final : public gloo::rendezvous::FileStore {
+ public:
+  using gloo::rendezvous::FileStore::check;
+  using gloo::rendezvous::FileStore::FileStore;
+};
+
+// The job's store: Gloo's FileStore or RedisStore behind a mutex (neither is thread-safe),
+// with every wait bounded by the rendezvous deadline (Gloo's own get() waits a fixed 30 s)
+// and a look that does not wait (`has`). Store failures become ConfigError naming the
+// store; a wait past the deadline throws StoreTimeout.
+class JobStore final : public gloo::rendezvous::Store {
+ public:
+  explicit JobStore(StoreUrl url) : url_(std::move(url)) {
+    if (url_.redis) {
+      try {
+        redis_ = std::make_unique<gloo::rendezvous::RedisStore>(url_.host, url_.port);
+      } catch (...) {
+        throw ConfigError("gloo engine: cannot reach the Redis store at " + url_.host + ":" +
+                          std::to_string(url_.port) + " (" + what_of(std::current_exception()) +
+                          "); start redis-server there, or fix the store URL '" + url_.text + "'");
+      }
+      return;
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(url_.path, ec);
+    if (!std::filesystem::is_directory(url_.path)) {
+      throw ConfigError("gloo engine: the file store folder '" + url_.path +
+                        "' does not exist and cannot be created" +
+                        (ec ? " (" + ec.message() + ")" : std::string()) +
+                        "; give a writable folder that every process sees, as file:///dir");
+    }
+    try {
+      file_ = std::make_unique<FileStore>(url_.path);
+    } catch (...) {
+      throw ConfigError("gloo engine: cannot use the file store folder '" + url_.path +
+                        "': " + what_of(std::current_exception()));
+    }
+  }
+
+  const StoreUrl& url() const { return url_; }
+  void set_deadline(Clock::time_point deadline) { deadline_ = deadline; }
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    std::lock_guard lock(mu_);
+    guarded("writing key '" + key + "'", [&] {
+      if (redis_) {
+        redis_->set(key, data);
+      } else {
+        file_->set(key, data);
+      }
+    });
+  }
+
+  std::vector<char> get(const std::string& key) override {
+    wait({key});
+    std::lock_guard lock(mu_);
+    std::vector<char> value;
+    guarded("reading key '" + key + "'",
+            [&] { value = redis_ ? redis_->get(key) : file_->get(key); });
+    return value;
+  }
+
+  void wait(const std::vector<std::string>& keys) override { wait_until(keys, deadline_); }
+
+  void wait(const std::vector<std::string>& keys, const milliseconds& timeout) override {
+    // Gloo passes its context timeout, which is ours; zero means "no timeout" to Gloo.
+    Clock::time_point until = deadline_;
+    if (timeout > milliseconds::zero()) until = std::min(until, Clock::now() + timeout);
+    wait_until(keys, until);
+  }
+
+  // Whether every key is set. Does not wait.
+  bool has(const std::vector<std::string>& keys) {
+    std::lock_guard lock(mu_);
+    bool found = false;
+    guarded("looking up keys", [&] { found = redis_ ? redis_->check(keys) : file_->check(keys); });
+    return found;
+  }
+
+ private:
+  template <typename Fn>
+  void guarded(const std::string& what, Fn&& fn) {
+    try {
+      fn();
+    } catch (...) {
+      throw ConfigError("gloo engine: store " + url_.text + ": " + what +
+                        " failed: " + what_of(std::current_exception()));
+    }
+  }
+
+  void wait_until(const std::vector<std::string>& keys, Clock::time_point until) {
+    while (!has(keys)) {
+      if (Clock::now() >= until) {
+        std::string names;
+        for (const auto& key : keys) names += (names.empty() ? "" : ", ") + key;
+        throw StoreTimeout("waiting for " + names);
+      }
+      std::this_thread::sleep_for(kStorePoll);
+    }
+  }
+
+  const StoreUrl url_;
+  std::mutex mu_;
+  std::unique_ptr<FileStore> file_;
+  std::unique_ptr<gloo::rendezvous::RedisStore> redis_;
+  Clock::time_point deadline_ = Clock::time_point::max();
+};
+
+// ---- transport -----------------------------------------------------------------------
+
+class GlooTransport final : public Transport {
+ public:
+  // Meets the other processes in the store and connects every lane; see make_gloo_transport.
+  GlooTransport(const GlooOptions& options, std::unique_ptr<JobStore> store);
+  ~GlooTransport() override = default;
+  GlooTransport(const GlooTransport&) = delete;
+  GlooTransport& operator=(const GlooTransport&) = delete;
+
+  std::string_view name() const override { return "gloo"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int num_lanes() const override { return num_lanes_; }
+
+  void exchange(int lane, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
+                Clock::time_point deadline) override;
+  void abort(const std::string& why) noexcept override;
+  void native_all_reduce_f32(float* data, std::size_t count) override;
+
+ private:
+  struct Message {
+    int peer;
+    bool is_recv;
+  };
+
+  // One lane: its context, and the buffers of the exchange in progress (kept between
+  // exchanges, so that the steady state only allocates Gloo's own small objects).
+  struct alignas(64) Lane {
+    std::shared_ptr<gloo::rendezvous::Context> context;
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> buffers;
+    std::vector<Message> messages;  // one per buffer
+    std::mutex mu;                  // guards `waiting` and, while it is true, `buffers`
+    bool waiting = false;
+  };
+
+  void connect_lanes(const GlooOptions& options, Clock::time_point deadline);
+  // Returns once every process has connected all its lanes.
+  void barrier(const std::string& where, Clock::time_point deadline);
+  std::string key(const std::string& what, int rank) const {
+    return job_ + "/" + what + "/" + std::to_string(rank);
+  }
+  void check_peer(int lane, int peer, const char* what) const;
+  void copy_to_self(int lane, std::span<const SendOp> sends, std::span<const RecvOp> recvs);
+
+  // Poisons the transport with `reason` (the first reason is kept), announces `why` in the
+  // store, closes every connection and wakes the waits in progress. Never throws.
+  void fail(const std::string& reason, const std::string& why) noexcept;
+  // Ends the exchange on `lane`: no longer waiting, buffers freed.
+  void finish(Lane& lane) noexcept;
+  std::string reason() const;
+  // The failure `peer` announced in the store, if any.
+  std::optional<std::string> announced_failure(int peer) noexcept;
+
+  [[noreturn]] void throw_poisoned() const;
+  [[noreturn]] void fail_message(int lane, std::size_t index, const std::exception_ptr& error,
+                                 Clock::time_point start, Clock::time_point deadline);
+  [[noreturn]] void time_out(int lane, std::size_t index, Clock::time_point start,
+                             Clock::time_point deadline);
+
+  const int rank_;
+  const int size_;
+  const int num_lanes_;
+  const std::string job_;
+  const milliseconds timeout_;
+  std::unique_ptr<JobStore> store_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::unique_ptr<Lane[]> lanes_;
+
+  alignas(64) std::atomic<bool> poisoned_{false};
+  mutable std::mutex mu_;  // guards the two below
+  std::string reason_;     // why the transport is poisoned
+  bool announced_ = false;
+};
+
+GlooTransport::GlooTransport(const GlooOptions& options, std::unique_ptr<JobStore> store)
+    : rank_(options.rank),
+      size_(options.size),
+      num_lanes_(options.lanes),
+      job_(options.job),
+      timeout_(options.timeout),
+      store_(std::move(store)),
+      lanes_(std::make_unique<Lane[]>(static_cast<std::size_t>(options.lanes))) {
+  const Clock::time_point deadline = Clock::now() + options.timeout;
+  store_->set_deadline(deadline);
+  const std::string where = "job '" + job_ + "' in store " + store_->url().text;
+
+  // A key of this rank already there means an earlier run used this job name.
+  if (store_->has({key("joined", rank_)})) {
+    throw ConfigError("gloo engine: the store already holds the keys of process " +
+                      std::to_string(rank_) + " of " + where +
+                      " (left by an earlier run?); use a fresh store folder or another job "
+                      "name");
+  }
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.host;
+    device_ = gloo::transport::tcp::CreateDevice(attr);
+  } catch (...) {
+    throw ConfigError("gloo engine: cannot listen for peers at host '" + options.host +
+                      "': " + what_of(std::current_exception()) +
+                      "; set the host (--host, REPLICATOR_HOST) to an address of this machine "
+                      "that the other processes can reach");
+  }
+  store_->set(key("joined", rank_), {'1'});
+
+  try {
+    connect_lanes(options, deadline);
+    barrier(where, deadline);
+  } catch (const StoreTimeout&) {
+    std::vector<int> absent;
+    int joined = 0;
+    for (int r = 0; r < size_; ++r) {
+      bool there = false;
+      try {
+        there = store_->has({key("joined", r)});
+      } catch (const Error&) {
+      }
+      if (there) {
+        ++joined;
+      } else {
+        absent.push_back(r);
+      }
+    }
+    std::string who = std::to_string(joined) + " of " + std::to_string(size_) + " processes joined";
+    if (!absent.empty()) {
+      who += " (missing: rank" + std::string(absent.size() == 1 ? " " : "s ") + join_ranks(absent) +
+             ")";
+    } else {
+      who += ", but not all of them reached every lane";
+    }
+    throw ConfigError("gloo engine: rendezvous of " + where + " timed out after " +
+                      std::to_string(options.timeout.count()) + " ms: " + who + "; start all " +
+                      std::to_string(size_) +
+                      " processes with the same store, job and number of processes, or raise "
+                      "the timeout");
+  }
+}
+
+void GlooTransport::connect_lanes(const GlooOptions& options, Clock::time_point deadline) {
+  for (int l = 0; l < num_lanes_; ++l) {
+    Lane& lane = lanes_[l];
+    lane.context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
+    lane.context->setTimeout(std::max(milliseconds(1), options.timeout));
+    gloo::rendezvous::PrefixStore prefixed(job_ + "/lane" + std::to_string(l), *store_);
+    try {
+      lane.context->connectFullMesh(prefixed, device_);
+    } catch (const StoreTimeout&) {
+      throw;
+    } catch (const Error&) {
+      throw;
+    } catch (...) {
+      if (Clock::now() >= deadline) throw StoreTimeout("connecting");
+      throw ConfigError("gloo engine: process " + std::to_string(rank_) +
+                        " could not connect to the other processes of job '" + job_ + "' on lane " +
+                        std::to_string(l) + ": " + what_of(std::current_exception()) +
+                        "; check that each process is reachable at the address it listens on "
+                        "(--host, REPLICATOR_HOST; here '" +
+                        options.host + "')");
+    }
+    lane.buffers.reserve(2 * static_cast<std::size_t>(size_));
+    lane.messages.reserve(2 * static_cast<std::size_t>(size_));
+  }
+}
+
+// Gloo's connect returns as soon as this side of a pair is connected; a peer that is
+// through with all its pairs may then close them (say it fails, or its program has nothing
+// to do) while this side still waits for another of its connects, which Gloo reports as a
+// failed connect. A message from every process to every other, sent once the sender has
+// connected all its lanes, keeps every process in the rendezvous until all are connected.
+void GlooTransport::barrier(const std::string& where, Clock::time_point deadline) {
+  if (size_ == 1) return;
+  std::vector<std::uint8_t> in(static_cast<std::size_t>(size_));
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(size_), 1);
+  std::vector<SendOp> sends;
+  std::vector<RecvOp> recvs;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    sends.push_back({peer, &out[peer], 1});
+    recvs.push_back({peer, &in[peer], 1});
+  }
+  try {
+    exchange(0, sends, recvs, deadline);
+  } catch (const Error& e) {
+    throw ConfigError("gloo engine: rendezvous of " + where +
+                      ": the processes connected, but the closing barrier failed: " + e.what());
+  }
+}
+
+void GlooTransport::check_peer(int lane, int peer, const char* what) const {
+  if (peer < 0 || peer >= size_) {
+    throw InvalidArgument("gloo engine: exchange on lane " + std::to_string(lane) + ": a " + what +
+                          " names process " + std::to_string(peer) + ", but ranks are 0.." +
+                          std::to_string(size_ - 1));
+  }
+}
+
+// Messages to this process itself never reach Gloo (it has no pair for them): the k-th send
+// to self is the k-th receive from self, copied here.
+void GlooTransport::copy_to_self(int lane, std::span<const SendOp> sends,
+                                 std::span<const RecvOp> recvs) {
+  auto send = sends.begin();
+  for (const RecvOp& recv : recvs) {
+    if (recv.peer != rank_) continue;
+    while (send != sends.end() && send->peer != rank_) ++send;
+    if (send == sends.end()) {
+      throw InvalidArgument("gloo engine: exchange on lane " + std::to_string(lane) +
+                            " receives from this process itself more messages than it sends "
+                            "to itself");
+    }
+    if (send->bytes != recv.bytes) {
+      throw InvalidArgument("gloo engine: exchange on lane " + std::to_string(lane) +
+                            ": a message to this process itself has " +
+                            std::to_string(send->bytes) + " bytes, but its receive expects " +
+                            std::to_string(recv.bytes));
+    }
+    if (recv.bytes > 0 && recv.data != send->data) std::memmove(recv.data, send->data, recv.bytes);
+    ++send;
+  }
+  while (send != sends.end() && send->peer != rank_) ++send;
+  if (send != sends.end()) {
+    throw InvalidArgument("gloo engine: exchange on lane " + std::to_string(lane) +
+                          " sends to this process itself more messages than it receives from "
+                          "itself");
+  }
+}
+
+void GlooTransport::exchange(int lane, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
+                             Clock::time_point deadline) {
+  if (poisoned_.load(std::memory_order_acquire)) throw_poisoned();
+  if (lane < 0 || lane >= num_lanes_) {
+    throw InvalidArgument("gloo engine: exchange on lane " + std::to_string(lane) +
+                          ", but the transport has lanes 0.." + std::to_string(num_lanes_ - 1));
+  }
+  bool self = false;
+  for (const RecvOp& op : recvs) {
+    check_peer(lane, op.peer, "receive");
+    self = self || op.peer == rank_;
+  }
+  for (const SendOp& op : sends) {
+    check_peer(lane, op.peer, "send");
+    self = self || op.peer == rank_;
+  }
+  if (self) copy_to_self(lane, sends, recvs);
+
+  const Clock::time_point start = Clock::now();
+  Lane& l = lanes_[lane];
+  gloo::Context& context = *l.context;
+  // Zero-byte messages are skipped on both sides: sizes match, so both skip the same ones.
+  bool posting = false;  // a post under way, as opposed to making its buffer
+  try {
+    for (const RecvOp& op : recvs) {
+      if (op.bytes == 0 || op.peer == rank_) continue;
+      l.buffers.push_back(context.createUnboundBuffer(op.data, op.bytes));
+      l.messages.push_back({op.peer, true});
+      posting = true;
+      l.buffers.back()->recv(op.peer, kExchangeSlot);
+      posting = false;
+    }
+    for (const SendOp& op : sends) {
+      if (op.bytes == 0 || op.peer == rank_) continue;
+      // Gloo only reads from the buffer of a send.
+      l.buffers.push_back(context.createUnboundBuffer(const_cast<void*>(op.data), op.bytes));
+      l.messages.push_back({op.peer, false});
+      posting = true;
+      l.buffers.back()->send(op.peer, kExchangeSlot);
+      posting = false;
+    }
+  } catch (...) {
+    if (posting)
+      fail_message(lane, l.messages.size() - 1, std::current_exception(), start, deadline);
+    // Out of memory while making a buffer: the messages posted so far must not outlive it.
+    const std::string why = "gloo engine: exchange on lane " + std::to_string(lane) +
+                            ": making a buffer failed: " + what_of(std::current_exception()) +
+                            "; the transport is poisoned, restart the job";
+    fail(why, why);
+    finish(l);
+    throw;
+  }
+  if (l.buffers.empty()) return;
+
+  {
+    // abort() either sees `waiting` and wakes the waits below, or poisoned the transport
+    // before this lock, which is seen here.
+    std::lock_guard lock(l.mu);
+    l.waiting = true;
+  }
+  if (poisoned_.load(std::memory_order_acquire)) {
+    fail(reason(), reason());  // makes sure the connections are closed before the buffers go
+    finish(l);
+    throw_poisoned();
+  }
+  for (std::size_t i = 0; i < l.buffers.size(); ++i) {
+    gloo::transport::UnboundBuffer& buffer = *l.buffers[i];
+    bool completed = false;
+    try {
+      const auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now());
+      const milliseconds wait = std::clamp(left, milliseconds::zero(), kMaxWait);
+      completed =
+          l.messages[i].is_recv ? buffer.waitRecv(nullptr, wait) : buffer.waitSend(nullptr, wait);
+    } catch (...) {
+      fail_message(lane, i, std::current_exception(), start, deadline);
+    }
+    if (!completed) {  // woken by abort(), which closed the connections first
+      finish(l);
+      throw_poisoned();
+    }
+  }
+  finish(l);
+}
+
+void GlooTransport::finish(Lane& lane) noexcept {
+  {
+    std::lock_guard lock(lane.mu);
+    lane.waiting = false;
+  }
+  lane.buffers.clear();
+  lane.messages.clear();
+}
+
+std::optional<std::string> GlooTransport::announced_failure(int peer) noexcept {
+  try {
+    const std::string name = key("abort", peer);
+    const Clock::time_point until = Clock::now() + kAnnounceGrace;
+    while (!store_->has({name})) {
+      if (Clock::now() >= until) return std::nullopt;
+      std::this_thread::sleep_for(kAnnouncePoll);
+    }
+    const std::vector<char> text = store_->get(name);
+    return std::string(text.begin(), text.end());
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+void GlooTransport::fail_message(int lane, std::size_t index, const std::exception_ptr& error,
+                                 Clock::time_point start, Clock::time_point deadline) {
+  Lane& l = lanes_[lane];
+  if (Clock::now() >= deadline) time_out(lane, index, start, deadline);
+  if (poisoned_.load(std::memory_order_acquire)) {
+    fail(reason(), reason());
+    finish(l);
+    throw_poisoned();
+  }
+  const Message message = l.messages[index];
+  const std::string text = what_of(error);
+  bool io_error = false;
+  try {
+    std::rethrow_exception(error);
+  } catch (const gloo::IoException&) {
+    io_error = true;
+  } catch (...) {
+  }
+  const std::string where = "gloo engine: exchange on lane " + std::to_string(lane) + ": ";
+  if (!io_error) {
+    // Gloo refused the call itself (an assertion, out of memory): not a peer's doing.
+    const std::string why = where + "Gloo failed while " +
+                            (message.is_recv ? "receiving from" : "sending to") + " process " +
+                            std::to_string(message.peer) + ": " + text +
+                            "; the transport is poisoned, restart the job";
+    fail(why, why);
+    finish(l);
+    throw Error(why);
+  }
+  if (auto announced = announced_failure(message.peer)) {
+    const std::string why = "process " + std::to_string(message.peer) + " failed: " + *announced;
+    fail(why, why);
+    finish(l);
+    throw Aborted(why, std::nullopt);
+  }
+  const std::string why = where + "lost process " + std::to_string(message.peer) +
+                          " (its connection closed while " +
+                          (message.is_recv ? "receiving from" : "sending to") + " it: " + text +
+                          "); the transport is poisoned, restart the job";
+  fail(why, why);
+  finish(l);
+  throw PeerLost(why, message.peer);
+}
+
+void GlooTransport::time_out(int lane, std::size_t index, Clock::time_point start,
+                             Clock::time_point deadline) {
+  Lane& l = lanes_[lane];
+  // The messages before `index` completed, the one at `index` did not. Gloo's timeout
+  // failed every pair of the lane, so a wait of zero on each later one tells completed
+  // (returns at once) from failed (throws or returns false).
+  std::vector<int> missing_recv;
+  std::vector<int> missing_send;
+  for (std::size_t i = index; i < l.buffers.size(); ++i) {
+    const Message& m = l.messages[i];
+    bool completed = false;
+    if (i > index) {
+      try {
+        completed = m.is_recv ? l.buffers[i]->waitRecv(nullptr, milliseconds::zero())
+                              : l.buffers[i]->waitSend(nullptr, milliseconds::zero());
+      } catch (...) {
+      }
+    }
+    if (!completed) (m.is_recv ? missing_recv : missing_send).push_back(m.peer);
+  }
+  const bool receives_done = missing_recv.empty();
+  std::vector<int> missing = receives_done ? std::move(missing_send) : std::move(missing_recv);
+  std::sort(missing.begin(), missing.end());
+  missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+
+  const auto limit =
+      std::max(std::chrono::ceil<milliseconds>(deadline - start), milliseconds::zero());
+  const std::string who = (missing.size() == 1 ? "process " : "processes ") + join_ranks(missing);
+  const std::string why =
+      "gloo engine: exchange on lane " + std::to_string(lane) + " timed out: " + who +
+      (receives_done ? " did not take delivery" : " did not deliver") + " within " +
+      std::to_string(limit.count()) + " ms; the transport is poisoned, restart the job";
+  fail(why, why);
+  finish(l);
+  throw Timeout(why, "exchange", 0, limit, std::move(missing));
+}
+
+std::string GlooTransport::reason() const {
+  std::lock_guard lock(mu_);
+  return reason_;
+}
+
+void GlooTransport::throw_poisoned() const {
+  throw Aborted("gloo engine: the transport was poisoned by an earlier failure (" + reason() +
+                    "); restart the job",
+                std::nullopt);
+}
+
+void GlooTransport::fail(const std::string& reason, const std::string& why) noexcept {
+  bool announce = false;
+  try {
+    std::lock_guard lock(mu_);
+    if (reason_.empty()) reason_ = reason;
+    announce = !announced_;
+    announced_ = true;
+  } catch (...) {
+  }
+  poisoned_.store(true, std::memory_order_release);
+  if (announce) {
+    // Written before the connections close, so that a peer that sees them close finds it.
+    try {
+      const std::string text = why.substr(0, kMaxAbortText);
+      store_->set(key("abort", rank_), std::vector<char>(text.begin(), text.end()));
+    } catch (...) {
+      // The store is gone too: the peers will report this process as lost.
+    }
+  }
+  for (int l = 0; l < num_lanes_; ++l) {
+    try {
+      lanes_[l].context->closeConnections();
+    } catch (...) {
+    }
+  }
+  // Connections closed first: a woken exchange frees its buffers, and Gloo's event loop
+  // must no longer be able to write into them.
+  for (int l = 0; l < num_lanes_; ++l) {
+    Lane& lane = lanes_[l];
+    try {
+      std::lock_guard lock(lane.mu);
+      if (!lane.waiting) continue;
+      for (auto& buffer : lane.buffers) {
+        buffer->abortWaitRecv();
+        buffer->abortWaitSend();
+      }
+    } catch (...) {
+    }
+  }
+}
+
+void GlooTransport::abort(const std::string& why) noexcept {
+  std::string reason;
+  try {
+    reason = "process " + std::to_string(rank_) + " failed: " + why;
+  } catch (...) {
+  }
+  fail(reason, why);
+}
+
+void GlooTransport::native_all_reduce_f32(float* data, std::size_t count) {
+  if (poisoned_.load(std::memory_order_acquire)) throw_poisoned();
+  if (count == 0 || size_ == 1) return;
+  try {
+    gloo::AllreduceOptions options(lanes_[0].context);
+    options.setOutput(data, count);
+    void (*sum)(void*, const void*, const void*, std::size_t) = &gloo::sum<float>;
+    options.setReduceFunction(sum);
+    options.setTag(kAllreduceTag);
+    options.setTimeout(timeout_);
+    gloo::allreduce(options);
+  } catch (...) {
+    const std::string why = "gloo engine: gloo::allreduce of " + std::to_string(count) +
+                            " floats on lane 0 failed: " + what_of(std::current_exception()) +
+                            "; the transport is poisoned, restart the job";
+    const bool was_poisoned = poisoned_.load(std::memory_order_acquire);
+    fail(why, why);
+    if (was_poisoned) throw_poisoned();
+    throw Error(why);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> make_gloo_transport(const GlooOptions& options) {
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+    throw InvalidArgument("gloo engine: rank " + std::to_string(options.rank) + " of " +
+                          std::to_string(options.size) +
+                          " processes is out of range; ranks are 0..size-1 and size >= 1");
+  }
+  if (options.lanes < 1) {
+    throw InvalidArgument("gloo engine: a transport needs at least 1 lane, got " +
+                          std::to_string(options.lanes));
+  }
+  if (options.timeout <= milliseconds::zero()) {
+    throw InvalidArgument("gloo engine: the rendezvous timeout must be positive, got " +
+                          std::to_string(options.timeout.count()) + " ms");
+  }
+  if (options.job.empty()) {
+    throw InvalidArgument("gloo engine: the job name (the key prefix in the store) is empty");
+  }
+  auto store = std::make_unique<JobStore>(parse_store_url(options.store));
+  ignore_sigpipe_once();
+  return std::make_unique<GlooTransport>(options, std::move(store));
+}
+
+}  // namespace replicator::detail

@@ -1,0 +1,55 @@
+// The gloo transport: the Transport of a job whose processes meet through a store (a shared
+// folder or a Redis server) and talk over TCP with Gloo.
+//
+// Each lane is its own gloo::rendezvous::Context (a full mesh of TCP connections), all on one
+// gloo TCP device, so the threads of a process drive their lanes at once. A process that
+// fails writes its reason into the store (key "<job>/abort/<rank>") and closes its
+// connections; a peer that then sees the connection close reads the reason and raises
+// Aborted, while a peer that finds no reason within 200 ms (the process died) raises
+// PeerLost.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "src/engines/transport.h"
+
+namespace replicator::detail {
+
+struct GlooOptions {
+  int rank = 0;                    // this process, 0..size-1
+  int size = 1;                    // processes
+  std::string store;               // "file:///abs/dir" or "redis://host[:port]" (port 6379)
+  std::string host = "127.0.0.1";  // address the peers reach this process at
+  std::string job = "replicator";  // key prefix in the store (several jobs may share one)
+  int lanes = 1;
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // rendezvous/connect deadline
+};
+
+// Makes a transport with `options.lanes` lanes among the `options.size` processes that call
+// it with the same store and job. The folder of a file store is created if missing. Keys
+// are never deleted: a store holding the keys of an earlier run with the same job name is an
+// error, so give each run a fresh folder, or a fresh job name on a shared Redis.
+//
+// Collective: every process must call it with the same store, job, size and lanes; it
+// blocks until all have connected or `options.timeout` has passed. The first call in a
+// process makes SIGPIPE ignored if it had the default action (Gloo writes to sockets that
+// a dead peer may have closed; the default action would kill this process). Throws:
+//   InvalidArgument  rank, size, lanes or timeout out of range, or an empty job;
+//   ConfigError      a malformed store URL (the message shows it and the accepted forms);
+//                    the store cannot be used (Redis unreachable: names host:port; folder
+//                    not writable; keys of an earlier run with this job); the rendezvous
+//                    timed out (says how many processes joined), a peer could not be
+//                    connected (with a hint about --host), or the closing barrier of the
+//                    rendezvous failed (a peer died meanwhile).
+// The transport is thread-safe in the sense of Transport: one thread per lane at a time,
+// different lanes at once; abort() from any thread at any time. exchange() allocates
+// only small per-message objects of Gloo (no data copies, no big buffers); it skips
+// zero-byte messages (both sides skip the same ones) and copies messages to this process
+// itself (the k-th send to self is the k-th receive from self, in one exchange; unmatched
+// ones are InvalidArgument). Known limit of Gloo 0.5: a message whose transfer was under
+// way when its peer died is not failed by Gloo; its wait ends at the deadline, as Timeout.
+std::unique_ptr<Transport> make_gloo_transport(const GlooOptions& options);
+
+}  // namespace replicator::detail

@@ -1,0 +1,637 @@
+// The mpi transport; the contract is in mpi_transport.h and transport.h.
+//
+// exchange() posts every receive, then every send, then polls MPI_Testall. It spins for
+// the first ~20 µs, because a small exchange completes within that and a yield or a sleep
+// would cost more than the exchange itself; then it yields the CPU, then it naps, so that
+// a thread waiting for a slow peer leaves its core to the replica threads that still
+// compute. While it waits it also watches, every few hundred polls, the deadline, the
+// poison flag (set by another lane or by abort()) and the control communicator, on which
+// a failing peer posts its abort notice.
+//
+// Each transport tags its messages with its own generation (data 2g, abort notices 2g + 1).
+// MPI reuses the context id of a freed communicator, and OpenMPI keeps a message that
+// arrives for a freed one and hands it to the next communicator with that id: without
+// distinct tags, a late abort notice or data message of a dead transport would be taken
+// by the next transport of the process.
+//
+// MPI calls only report errors here because every communicator of the transport has
+// MPI_ERRORS_RETURN; each error code becomes a replicator error with MPI's own text.
+
+#include "src/engines/mpi/mpi_transport.h"
+
+#include <mpi.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "replicator/errors.h"
+
+namespace replicator::detail {
+namespace {
+
+using Clock = Transport::Clock;
+
+constexpr std::size_t kDefaultMaxMessage = std::size_t{1} << 30;
+constexpr std::size_t kMaxAbortText = 4096;
+
+// Polling schedule of exchange(): spin, then yield, then nap.
+constexpr auto kSpin = std::chrono::microseconds(20);
+constexpr auto kYield = std::chrono::milliseconds(2);
+constexpr auto kNap = std::chrono::microseconds(50);
+constexpr std::uint32_t kClockEvery = 16;     // polls between clock reads while spinning
+constexpr std::uint32_t kControlEvery = 256;  // polls between probes for abort notices
+// How long cancelled requests may take to finish before they are freed unfinished.
+constexpr auto kCancelGrace = std::chrono::milliseconds(50);
+
+std::string mpi_error_string(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) {
+    return "MPI error code " + std::to_string(code);
+  }
+  return std::string(text, length) + " (MPI error code " + std::to_string(code) + ")";
+}
+
+std::string thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE:
+      return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED:
+      return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED:
+      return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE:
+      return "MPI_THREAD_MULTIPLE";
+  }
+  return "thread level " + std::to_string(level);
+}
+
+std::string join_ranks(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+bool has_env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0';
+}
+
+// The process's use of MPI, shared by every transport (MPI can be initialised only once
+// per process). Leaked on purpose so that it outlives every static destructor.
+struct MpiRuntime {
+  std::mutex mu;
+  bool initialised_here = false;
+  long long transports_made = 0;  // the next transport's generation
+};
+
+MpiRuntime& runtime() {
+  static auto* const instance = new MpiRuntime;
+  return *instance;
+}
+
+// Finalises MPI at exit if this library initialised it. Made by the first
+// make_mpi_transport, so it is destroyed after any static holding a transport; a transport
+// destroyed later still (or never) finds MPI finalised and skips its MPI calls.
+struct FinaliseAtExit {
+  ~FinaliseAtExit() {
+    std::lock_guard lock(runtime().mu);
+    if (!runtime().initialised_here) return;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  }
+};
+
+// Initialises MPI with MPI_THREAD_MULTIPLE unless done already; the caller holds
+// runtime().mu.
+void ensure_initialised() {
+  int initialised = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialised);
+  MPI_Finalized(&finalized);
+  if (finalized) {
+    throw ConfigError(
+        "mpi engine: MPI was already finalised in this process; make the transport before "
+        "MPI_Finalize");
+  }
+  int provided = MPI_THREAD_SINGLE;
+  if (!initialised) {
+    const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    if (rc != MPI_SUCCESS) {
+      throw ConfigError("mpi engine: MPI_Init_thread failed: " + mpi_error_string(rc));
+    }
+    runtime().initialised_here = true;
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  if (provided < MPI_THREAD_MULTIPLE) {
+    throw ConfigError(
+        "mpi engine: needs MPI_THREAD_MULTIPLE (every lane is driven by its own thread), but "
+        "the MPI library provides " +
+        thread_level_name(provided) +
+        "; use an MPI built with thread support, or initialise MPI with MPI_Init_thread("
+        "MPI_THREAD_MULTIPLE) if the program initialises it itself");
+  }
+}
+
+class MpiTransport final : public Transport {
+ public:
+  // Collective over MPI_COMM_WORLD; the caller holds runtime().mu and MPI is initialised.
+  // Takes the next generation from `transports_made`.
+  MpiTransport(int lanes, std::size_t max_message, long long& transports_made);
+  ~MpiTransport() override;
+  MpiTransport(const MpiTransport&) = delete;
+  MpiTransport& operator=(const MpiTransport&) = delete;
+
+  std::string_view name() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int num_lanes() const override { return static_cast<int>(lanes_.size()); }
+
+  void exchange(int lane, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
+                Clock::time_point deadline) override;
+  void abort(const std::string& why) noexcept override;
+  void native_all_reduce_f32(float* data, std::size_t count) override;
+
+ private:
+  // One lane: its communicator and the request array of its exchanges, grown to the
+  // largest exchange seen and then reused, so the steady state allocates nothing.
+  struct alignas(64) Lane {
+    MPI_Comm comm = MPI_COMM_NULL;
+    std::vector<MPI_Request> requests;
+    std::vector<MPI_Status> statuses;
+  };
+
+  // The part of one exchange the failure paths need to describe it.
+  struct Pending {
+    int lane;
+    std::span<const SendOp> sends;
+    std::span<const RecvOp> recvs;
+    std::size_t count;  // requests posted
+  };
+
+  std::size_t messages_for(std::size_t bytes) const {
+    return bytes == 0 ? 1 : (bytes + max_message_ - 1) / max_message_;
+  }
+  void check_peer(int lane, int peer, const char* what) const;
+  // The op behind request `index` of `p`: its peer, and whether it is a receive.
+  std::pair<int, bool> op_of(const Pending& p, std::size_t index) const;
+
+  // Cancels the requests of `p` still pending, waits a moment for them, frees the rest.
+  void cancel_pending(const Pending& p);
+  // Marks the transport poisoned; the first reason given is kept.
+  void poison(const std::string& reason);
+  std::string reason() const;
+  // Throws Aborted if a peer's abort notice is waiting on the control communicator.
+  void check_control(const Pending& p);
+
+  [[noreturn]] void throw_poisoned() const;
+  [[noreturn]] void fail_post(const Pending& p, int rc, int peer, bool is_recv);
+  [[noreturn]] void fail_request(const Pending& p, int rc);
+  [[noreturn]] void time_out(const Pending& p, Clock::time_point start, Clock::time_point deadline);
+  [[noreturn]] void release(const Pending& p);
+
+  void free_communicators();
+
+  const std::size_t max_message_;
+  int rank_ = 0;
+  int size_ = 1;
+  int data_tag_ = 0;
+  int abort_tag_ = 1;
+  MPI_Comm control_ = MPI_COMM_NULL;
+  std::vector<Lane> lanes_;
+
+  alignas(64) std::atomic<bool> poisoned_{false};
+  mutable std::mutex mu_;  // guards everything below
+  std::string reason_;     // why the transport is poisoned
+  bool abort_sent_ = false;
+  // The abort notice's text and its sends to every peer; MPI reads the buffer until the
+  // sends complete, so both live as long as the transport (or longer, see the destructor).
+  std::unique_ptr<char[]> abort_text_;
+  std::vector<MPI_Request> abort_requests_;
+};
+
+MpiTransport::MpiTransport(int lanes, std::size_t max_message, long long& transports_made)
+    : max_message_(max_message) {
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  try {
+    auto dup = [](MPI_Comm* comm, const std::string& what) {
+      int rc = MPI_Comm_dup(MPI_COMM_WORLD, comm);
+      if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN);
+      if (rc != MPI_SUCCESS) {
+        throw Error("mpi engine: duplicating MPI_COMM_WORLD for " + what +
+                    " failed (all processes): " + mpi_error_string(rc));
+      }
+    };
+    dup(&control_, "the control communicator");
+    // Every process must make the same lanes, or the duplicates below would pair up wrong:
+    // agree on min and max first, so that a mismatch is raised everywhere instead of hanging.
+    // Agree on the generation too (the largest count of transports made so far).
+    long long mine[3] = {lanes, -lanes, -transports_made};
+    long long agreed[3] = {0, 0, 0};
+    const int rc = MPI_Allreduce(mine, agreed, 3, MPI_LONG_LONG, MPI_MIN, control_);
+    if (rc != MPI_SUCCESS) {
+      throw Error("mpi engine: agreeing on the number of lanes failed (all processes): " +
+                  mpi_error_string(rc));
+    }
+    if (agreed[0] != -agreed[1]) {
+      throw ConfigError("mpi engine: the processes asked for different numbers of lanes (from " +
+                        std::to_string(agreed[0]) + " to " + std::to_string(-agreed[1]) +
+                        "; this process: " + std::to_string(lanes) +
+                        "); every process must run the same number of local replicas");
+    }
+    const long long generation = -agreed[2];
+    transports_made = generation + 1;
+    int* tag_ub = nullptr;
+    int has_tag_ub = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &has_tag_ub);
+    const long long tag_pairs = has_tag_ub ? (static_cast<long long>(*tag_ub) + 1) / 2 : 16384;
+    data_tag_ = static_cast<int>(2 * (generation % tag_pairs));
+    abort_tag_ = data_tag_ + 1;
+    if (lanes < 1) {
+      throw InvalidArgument("mpi engine: a transport needs at least 1 lane, got " +
+                            std::to_string(lanes));
+    }
+    lanes_ = std::vector<Lane>(static_cast<std::size_t>(lanes));
+    for (int l = 0; l < lanes; ++l) {
+      dup(&lanes_[l].comm, "lane " + std::to_string(l));
+      // Enough for one send and one receive with every process; more grows once.
+      lanes_[l].requests.assign(2 * static_cast<std::size_t>(size_) + 2, MPI_REQUEST_NULL);
+      lanes_[l].statuses.resize(lanes_[l].requests.size());
+    }
+    abort_requests_.reserve(static_cast<std::size_t>(size_));
+  } catch (...) {
+    free_communicators();
+    throw;
+  }
+}
+
+MpiTransport::~MpiTransport() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;  // MPI_Finalize released everything
+  bool notice_in_flight = false;
+  for (MPI_Request& request : abort_requests_) {
+    int done = 0;
+    if (request != MPI_REQUEST_NULL) MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (request != MPI_REQUEST_NULL) {
+      MPI_Request_free(&request);
+      notice_in_flight = true;
+    }
+  }
+  // MPI may still read the notice after this object is gone: leave it its few bytes.
+  if (notice_in_flight) abort_text_.release();
+  free_communicators();
+}
+
+void MpiTransport::free_communicators() {
+  for (Lane& lane : lanes_) {
+    if (lane.comm != MPI_COMM_NULL) MPI_Comm_free(&lane.comm);
+  }
+  if (control_ != MPI_COMM_NULL) MPI_Comm_free(&control_);
+}
+
+void MpiTransport::check_peer(int lane, int peer, const char* what) const {
+  if (peer < 0 || peer >= size_) {
+    throw InvalidArgument("mpi engine: exchange on lane " + std::to_string(lane) + ": a " + what +
+                          " names process " + std::to_string(peer) + ", but ranks are 0.." +
+                          std::to_string(size_ - 1));
+  }
+}
+
+void MpiTransport::exchange(int lane, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
+                            Clock::time_point deadline) {
+  if (poisoned_.load(std::memory_order_acquire)) throw_poisoned();
+  if (lane < 0 || lane >= num_lanes()) {
+    throw InvalidArgument("mpi engine: exchange on lane " + std::to_string(lane) +
+                          ", but the transport has lanes 0.." + std::to_string(num_lanes() - 1));
+  }
+  std::size_t count = 0;
+  for (const RecvOp& op : recvs) {
+    check_peer(lane, op.peer, "receive");
+    count += messages_for(op.bytes);
+  }
+  for (const SendOp& op : sends) {
+    check_peer(lane, op.peer, "send");
+    count += messages_for(op.bytes);
+  }
+  if (count == 0) return;
+  if (count > static_cast<std::size_t>(INT_MAX)) {
+    throw InvalidArgument("mpi engine: exchange on lane " + std::to_string(lane) + " of " +
+                          std::to_string(count) + " messages, more than MPI can wait on");
+  }
+
+  const Clock::time_point start = Clock::now();
+  Lane& l = lanes_[lane];
+  if (l.requests.size() < count) {
+    l.requests.resize(count, MPI_REQUEST_NULL);
+    l.statuses.resize(count);
+  }
+  MPI_Request* const requests = l.requests.data();
+  Pending p{lane, sends, recvs, 0};
+
+  // Receives first, so that no send of a peer waits for them to be posted.
+  for (const RecvOp& op : recvs) {
+    auto* bytes = static_cast<char*>(op.data);
+    std::size_t left = op.bytes;
+    do {
+      const std::size_t chunk = std::min(left, max_message_);
+      const int rc = MPI_Irecv(bytes, static_cast<int>(chunk), MPI_BYTE, op.peer, data_tag_, l.comm,
+                               &requests[p.count]);
+      if (rc != MPI_SUCCESS) fail_post(p, rc, op.peer, true);
+      ++p.count;
+      bytes += chunk;
+      left -= chunk;
+    } while (left > 0);
+  }
+  for (const SendOp& op : sends) {
+    const auto* bytes = static_cast<const char*>(op.data);
+    std::size_t left = op.bytes;
+    do {
+      const std::size_t chunk = std::min(left, max_message_);
+      const int rc = MPI_Isend(bytes, static_cast<int>(chunk), MPI_BYTE, op.peer, data_tag_, l.comm,
+                               &requests[p.count]);
+      if (rc != MPI_SUCCESS) fail_post(p, rc, op.peer, false);
+      ++p.count;
+      bytes += chunk;
+      left -= chunk;
+    } while (left > 0);
+  }
+
+  bool spinning = true;
+  for (std::uint32_t polls = 1;; ++polls) {
+    int done = 0;
+    const int rc = MPI_Testall(static_cast<int>(p.count), requests, &done, l.statuses.data());
+    if (rc != MPI_SUCCESS) fail_request(p, rc);
+    if (done) return;
+    if (spinning && polls % kClockEvery != 0) continue;
+
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) time_out(p, start, deadline);
+    if (poisoned_.load(std::memory_order_acquire)) release(p);
+    const auto waited = now - start;
+    const bool napping = waited >= kYield;
+    if (napping || polls % kControlEvery == 0) check_control(p);
+    if (waited < kSpin) continue;
+    spinning = false;
+    if (napping) {
+      std::this_thread::sleep_for(kNap);
+    } else {
+      sched_yield();
+    }
+  }
+}
+
+std::pair<int, bool> MpiTransport::op_of(const Pending& p, std::size_t index) const {
+  for (const RecvOp& op : p.recvs) {
+    const std::size_t n = messages_for(op.bytes);
+    if (index < n) return {op.peer, true};
+    index -= n;
+  }
+  for (const SendOp& op : p.sends) {
+    const std::size_t n = messages_for(op.bytes);
+    if (index < n) return {op.peer, false};
+    index -= n;
+  }
+  return {-1, false};
+}
+
+void MpiTransport::cancel_pending(const Pending& p) {
+  MPI_Request* const requests = lanes_[p.lane].requests.data();
+  for (std::size_t i = 0; i < p.count; ++i) {
+    if (requests[i] != MPI_REQUEST_NULL) MPI_Cancel(&requests[i]);
+  }
+  // A receive not yet matched cancels at once. A send may not be cancellable (OpenMPI
+  // cannot cancel sends) and a matched transfer may still be under way: give them a
+  // moment, then free them unfinished rather than wait for a peer that may never come.
+  const Clock::time_point until = Clock::now() + kCancelGrace;
+  for (;;) {
+    bool all_done = true;
+    for (std::size_t i = 0; i < p.count; ++i) {
+      if (requests[i] == MPI_REQUEST_NULL) continue;
+      int done = 0;
+      if (MPI_Test(&requests[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+        requests[i] = MPI_REQUEST_NULL;  // completed in error: MPI freed it
+      } else if (!done) {
+        all_done = false;
+      }
+    }
+    if (all_done || Clock::now() >= until) break;
+    sched_yield();
+  }
+  for (std::size_t i = 0; i < p.count; ++i) {
+    if (requests[i] != MPI_REQUEST_NULL) MPI_Request_free(&requests[i]);
+  }
+}
+
+void MpiTransport::poison(const std::string& reason) {
+  {
+    std::lock_guard lock(mu_);
+    if (reason_.empty()) reason_ = reason;
+  }
+  poisoned_.store(true, std::memory_order_release);
+}
+
+std::string MpiTransport::reason() const {
+  std::lock_guard lock(mu_);
+  return reason_;
+}
+
+void MpiTransport::throw_poisoned() const {
+  throw Aborted("mpi engine: the transport was poisoned by an earlier failure (" + reason() +
+                    "); restart the job",
+                std::nullopt);
+}
+
+void MpiTransport::release(const Pending& p) {
+  cancel_pending(p);
+  throw Aborted(reason(), std::nullopt);
+}
+
+void MpiTransport::check_control(const Pending& p) {
+  int found = 0;
+  MPI_Message message;
+  MPI_Status status;
+  int rc = MPI_Improbe(MPI_ANY_SOURCE, abort_tag_, control_, &found, &message, &status);
+  if (rc == MPI_SUCCESS && !found) return;
+  std::string text;
+  if (rc == MPI_SUCCESS) {
+    int length = 0;
+    MPI_Get_count(&status, MPI_CHAR, &length);
+    text.resize(static_cast<std::size_t>(std::max(length, 0)));
+    rc = MPI_Mrecv(text.data(), length, MPI_CHAR, &message, MPI_STATUS_IGNORE);
+  }
+  if (rc != MPI_SUCCESS) {
+    const std::string why =
+        "mpi engine: exchange on lane " + std::to_string(p.lane) +
+        ": receiving abort notices from the other processes failed: " + mpi_error_string(rc) +
+        "; the transport is poisoned, restart the job";
+    poison(why);
+    cancel_pending(p);
+    throw Error(why);
+  }
+  const std::string why = "process " + std::to_string(status.MPI_SOURCE) + " failed: " + text;
+  poison(why);
+  cancel_pending(p);
+  throw Aborted(why, std::nullopt);
+}
+
+void MpiTransport::fail_post(const Pending& p, int rc, int peer, bool is_recv) {
+  const std::string why = "mpi engine: exchange on lane " + std::to_string(p.lane) +
+                          ": posting a " + (is_recv ? "receive from" : "send to") + " process " +
+                          std::to_string(peer) + " failed: " + mpi_error_string(rc) +
+                          "; the transport is poisoned, restart the job";
+  poison(why);
+  cancel_pending(p);
+  throw PeerLost(why, peer);
+}
+
+void MpiTransport::fail_request(const Pending& p, int rc) {
+  const MPI_Status* const statuses = lanes_[p.lane].statuses.data();
+  int code = rc;
+  int peer = -1;
+  bool is_recv = false;
+  if (rc == MPI_ERR_IN_STATUS) {
+    for (std::size_t i = 0; i < p.count; ++i) {
+      const int error = statuses[i].MPI_ERROR;
+      if (error != MPI_SUCCESS && error != MPI_ERR_PENDING) {
+        code = error;
+        std::tie(peer, is_recv) = op_of(p, i);
+        break;
+      }
+    }
+  }
+  std::string where;
+  if (peer >= 0) {
+    where =
+        std::string(is_recv ? "receiving from" : "sending to") + " process " + std::to_string(peer);
+  } else {
+    std::vector<int> peers;
+    for (const RecvOp& op : p.recvs) peers.push_back(op.peer);
+    for (const SendOp& op : p.sends) peers.push_back(op.peer);
+    where = "exchanging with processes " + join_ranks(std::move(peers));
+  }
+  const std::string why = "mpi engine: exchange on lane " + std::to_string(p.lane) +
+                          " failed while " + where + ": " + mpi_error_string(code) +
+                          "; the transport is poisoned, restart the job";
+  poison(why);
+  cancel_pending(p);
+  if (peer >= 0) throw PeerLost(why, peer);
+  throw Error(why);
+}
+
+void MpiTransport::time_out(const Pending& p, Clock::time_point start, Clock::time_point deadline) {
+  // MPI_Testall leaves the array untouched until all are done: test each to see which
+  // peers delivered. If every receive completed, the peers that did not take their data
+  // are the ones missing.
+  MPI_Request* const requests = lanes_[p.lane].requests.data();
+  std::vector<int> missing_recv;
+  std::vector<int> missing_send;
+  for (std::size_t i = 0; i < p.count; ++i) {
+    int done = 0;
+    if (requests[i] != MPI_REQUEST_NULL) MPI_Test(&requests[i], &done, MPI_STATUS_IGNORE);
+    if (requests[i] == MPI_REQUEST_NULL) continue;
+    const auto [peer, is_recv] = op_of(p, i);
+    (is_recv ? missing_recv : missing_send).push_back(peer);
+  }
+  const bool receives_done = missing_recv.empty();
+  std::vector<int> missing = receives_done ? std::move(missing_send) : std::move(missing_recv);
+  std::sort(missing.begin(), missing.end());
+  missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+
+  const auto limit = std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - start),
+                              std::chrono::milliseconds(0));
+  const std::string who = (missing.size() == 1 ? "process " : "processes ") + join_ranks(missing);
+  const std::string why =
+      "mpi engine: exchange on lane " + std::to_string(p.lane) + " timed out: " + who +
+      (receives_done ? " did not take delivery" : " did not deliver") + " within " +
+      std::to_string(limit.count()) + " ms; the transport is poisoned, restart the job";
+  poison(why);
+  cancel_pending(p);
+  throw Timeout(why, "exchange", 0, limit, std::move(missing));
+}
+
+void MpiTransport::abort(const std::string& why) noexcept {
+  try {
+    std::lock_guard lock(mu_);
+    if (reason_.empty()) reason_ = "process " + std::to_string(rank_) + " failed: " + why;
+    poisoned_.store(true, std::memory_order_release);
+    if (abort_sent_) return;
+    abort_sent_ = true;
+    const std::size_t length = std::min(why.size(), kMaxAbortText);
+    abort_text_ = std::make_unique<char[]>(length + 1);
+    why.copy(abort_text_.get(), length);
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      MPI_Request request = MPI_REQUEST_NULL;
+      if (MPI_Isend(abort_text_.get(), static_cast<int>(length), MPI_CHAR, peer, abort_tag_,
+                    control_, &request) == MPI_SUCCESS) {
+        abort_requests_.push_back(request);  // reserved for size_ - 1: does not allocate
+      }
+    }
+  } catch (...) {
+    // Out of memory or a broken mutex: the peers go unwarned, but this process is poisoned.
+    poisoned_.store(true, std::memory_order_release);
+  }
+}
+
+void MpiTransport::native_all_reduce_f32(float* data, std::size_t count) {
+  if (poisoned_.load(std::memory_order_acquire)) throw_poisoned();
+  const std::size_t step = std::max<std::size_t>(max_message_ / sizeof(float), 1);
+  for (std::size_t done = 0; done < count;) {
+    const std::size_t chunk = std::min(count - done, step);
+    const int rc = MPI_Allreduce(MPI_IN_PLACE, data + done, static_cast<int>(chunk), MPI_FLOAT,
+                                 MPI_SUM, lanes_[0].comm);
+    if (rc != MPI_SUCCESS) {
+      const std::string why = "mpi engine: MPI_Allreduce of " + std::to_string(count) +
+                              " floats on lane 0 failed (all processes): " + mpi_error_string(rc) +
+                              "; the transport is poisoned, restart the job";
+      poison(why);
+      throw Error(why);
+    }
+    done += chunk;
+  }
+}
+
+}  // namespace
+
+bool launched_by_mpi() {
+  if (has_env("OMPI_COMM_WORLD_SIZE") || has_env("PMI_SIZE") || has_env("PMIX_RANK")) return true;
+  // srun starts MPI programs through the PMI plugin it names in SLURM_MPI_TYPE.
+  const char* type = std::getenv("SLURM_MPI_TYPE");
+  return has_env("SLURM_PROCID") && type != nullptr && *type != '\0' &&
+         std::string_view(type) != "none";
+}
+
+std::unique_ptr<Transport> make_mpi_transport(int lanes) {
+  return make_mpi_transport(lanes, kDefaultMaxMessage);
+}
+
+std::unique_ptr<Transport> make_mpi_transport(int lanes, std::size_t max_message_bytes) {
+  static FinaliseAtExit finalise_at_exit;
+  const std::size_t max_message =
+      std::clamp<std::size_t>(max_message_bytes, 1, static_cast<std::size_t>(INT_MAX));
+  std::lock_guard lock(runtime().mu);
+  ensure_initialised();
+  return std::make_unique<MpiTransport>(lanes, max_message, runtime().transports_made);
+}
+
+}  // namespace replicator::detail

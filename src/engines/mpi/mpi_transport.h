@@ -1,0 +1,42 @@
+// The mpi transport: the Transport of a job launched by mpirun or srun, over OpenMPI.
+//
+// Each lane is its own duplicate of MPI_COMM_WORLD, so the threads of a process drive their
+// lanes at once (MPI_THREAD_MULTIPLE); one more duplicate carries abort notices. Every
+// communicator returns its errors (MPI_ERRORS_RETURN), and each MPI error becomes a
+// replicator error naming MPI's own message and the peer rank.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "src/engines/transport.h"
+
+namespace replicator::detail {
+
+// Whether the environment shows that an MPI launcher started this process (mpirun sets
+// OMPI_COMM_WORLD_SIZE, PMI/PMIx launchers PMI_SIZE or PMIX_RANK, srun with an MPI plugin
+// SLURM_MPI_TYPE). Reads the environment only: makes no MPI call, never blocks or throws.
+bool launched_by_mpi();
+
+// Makes a transport with `lanes` lanes over every process of MPI_COMM_WORLD. Initialises
+// MPI with MPI_THREAD_MULTIPLE if nobody has yet; an MPI initialised here is finalised once,
+// at process exit, and is shared by every transport of the process (MPI cannot be
+// initialised twice), so several transports may be made, one after another or side by side.
+//
+// Collective: every process must call it, in the same order relative to its other calls,
+// with the same `lanes`; it blocks until all have. Not to be called concurrently with
+// itself by two threads of one process. Throws:
+//   ConfigError  MPI was already finalised, its initialisation failed, it provides less than
+//                MPI_THREAD_MULTIPLE (the message says what it provides), or the processes
+//                asked for different numbers of lanes (raised on every process);
+//   InvalidArgument `lanes` < 1 (raised on every process);
+//   Error        duplicating MPI_COMM_WORLD failed.
+// The transport is thread-safe in the sense of Transport: one thread per lane at a time,
+// different lanes at once; abort() from any thread at any time.
+std::unique_ptr<Transport> make_mpi_transport(int lanes);
+
+// The same, with every message longer than `max_message_bytes` carried as several MPI
+// messages (MPI counts are ints; the default is 1 GiB). Smaller values are for tests.
+std::unique_ptr<Transport> make_mpi_transport(int lanes, std::size_t max_message_bytes);
+
+}  // namespace replicator::detail

@@ -1,0 +1,246 @@
+// Collectives across processes, run over the in-memory fake transport: P Replicators in
+// one test process, each with L replicas, give the same bits as one Replicator with
+// R = P x L replicas (the canonical tree does not depend on the layout), and keep the
+// semantics (mismatch, failure release) across processes.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "replicator/replicator.h"
+#include "src/collectives/cross_process.h"
+#include "tests/collectives/fake_transport.h"
+
+namespace replicator {
+namespace {
+
+using detail::canonical_subtrees;
+
+TEST(CanonicalSubtreesTest, AlignedPowerOfTwoBlocks) {
+  const auto pairs = [](int b, int e) {
+    std::vector<std::pair<int, int>> out;
+    for (const auto& s : canonical_subtrees(b, e)) out.emplace_back(s.first, s.size);
+    return out;
+  };
+  EXPECT_EQ(pairs(0, 4), (std::vector<std::pair<int, int>>{{0, 4}}));
+  EXPECT_EQ(pairs(0, 3), (std::vector<std::pair<int, int>>{{0, 2}, {2, 1}}));
+  EXPECT_EQ(pairs(3, 6), (std::vector<std::pair<int, int>>{{3, 1}, {4, 2}}));
+  EXPECT_EQ(pairs(2, 5), (std::vector<std::pair<int, int>>{{2, 2}, {4, 1}}));
+  EXPECT_EQ(pairs(4, 8), (std::vector<std::pair<int, int>>{{4, 4}}));
+  EXPECT_EQ(pairs(5, 6), (std::vector<std::pair<int, int>>{{5, 1}}));
+}
+
+using Step = std::function<void(ReplicaContext&)>;
+
+// Runs `step` on P fake processes of L replicas each; returns what each process's run threw.
+std::vector<std::exception_ptr> run_processes(int P, int L, const Step& step,
+                                              std::chrono::milliseconds timeout =
+                                                  std::chrono::seconds(30)) {
+  auto network = std::make_shared<testing::FakeNetwork>(P);
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(P));
+  std::vector<std::thread> processes;
+  for (int rank = 0; rank < P; ++rank) {
+    processes.emplace_back([&, rank] {
+      try {
+        Config config;
+        config.local_replicas = L;
+        config.timeout = timeout;
+        Replicator repl(config, network->endpoint(rank, L));
+        repl.run(step);
+      } catch (...) {
+        errors[static_cast<std::size_t>(rank)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : processes) t.join();
+  return errors;
+}
+
+void expect_no_errors(const std::vector<std::exception_ptr>& errors) {
+  for (std::size_t p = 0; p < errors.size(); ++p) {
+    if (!errors[p]) continue;
+    try {
+      std::rethrow_exception(errors[p]);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "process " << p << ": " << e.what();
+    }
+  }
+}
+
+std::vector<float> data_of(int replica, std::size_t n) {
+  // Mixed magnitudes: association order changes the bits.
+  std::mt19937 rng(1000 + static_cast<unsigned>(replica));
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = u(rng) * std::ldexp(1.f, static_cast<int>(i % 23) - 11);
+  return v;
+}
+
+struct Layout {
+  int processes;
+  int local;
+};
+
+class LayoutTest : public ::testing::TestWithParam<Layout> {};
+
+// all_reduce (sum of f32, mean of bf16, fused with mixed dtypes) gives the local engine's
+// bits for the same R, whatever the layout; sizes on the frame path and the sliced path.
+TEST_P(LayoutTest, AllReduceBitsMatchTheLocalEngine) {
+  const auto [P, L] = GetParam();
+  const int R = P * L;
+  for (const std::size_t n : {std::size_t{1}, std::size_t{37}, std::size_t{5003}}) {
+    // Reference: one process, R replicas.
+    std::vector<std::vector<float>> reference(static_cast<std::size_t>(R));
+    std::vector<std::vector<bfloat16>> reference_bf(static_cast<std::size_t>(R));
+    {
+      Config config;
+      config.local_replicas = R;
+      Replicator repl(config);
+      repl.run([&](ReplicaContext& ctx) {
+        auto v = data_of(ctx.replica_id(), n);
+        std::vector<bfloat16> b;
+        for (float x : v) b.emplace_back(x);
+        ctx.all_reduce(v);
+        ctx.all_reduce(b, {.op = ReduceOp::kMean});
+        reference[static_cast<std::size_t>(ctx.replica_id())] = v;
+        reference_bf[static_cast<std::size_t>(ctx.replica_id())] = b;
+      });
+    }
+    std::vector<std::vector<float>> got(static_cast<std::size_t>(R));
+    std::vector<std::vector<bfloat16>> got_bf(static_cast<std::size_t>(R));
+    std::vector<std::vector<std::int32_t>> got_fused(static_cast<std::size_t>(R));
+    expect_no_errors(run_processes(P, L, [&](ReplicaContext& ctx) {
+      ASSERT_EQ(ctx.num_replicas(), R);
+      auto v = data_of(ctx.replica_id(), n);
+      std::vector<bfloat16> b;
+      for (float x : v) b.emplace_back(x);
+      ctx.all_reduce(v);
+      ctx.all_reduce(b, {.op = ReduceOp::kMean});
+      // Fused, mixed dtypes: floats again plus integers with a closed form.
+      auto f = data_of(ctx.replica_id(), n);
+      std::vector<std::int32_t> k(n / 2 + 3, ctx.replica_id() + 1);
+      const Buffer fused[] = {Buffer::of(std::span(f)), Buffer::of(std::span(k))};
+      ctx.all_reduce(std::span<const Buffer>(fused));
+      EXPECT_EQ(std::memcmp(f.data(), v.data(), n * sizeof(float)), 0);
+      got[static_cast<std::size_t>(ctx.replica_id())] = v;
+      got_bf[static_cast<std::size_t>(ctx.replica_id())] = b;
+      got_fused[static_cast<std::size_t>(ctx.replica_id())] = k;
+    }));
+    for (int r = 0; r < R; ++r) {
+      const auto u = static_cast<std::size_t>(r);
+      ASSERT_EQ(got[u].size(), n);
+      EXPECT_EQ(std::memcmp(got[u].data(), reference[u].data(), n * sizeof(float)), 0)
+          << "f32 sum, replica " << r << ", n " << n;
+      EXPECT_EQ(std::memcmp(got_bf[u].data(), reference_bf[u].data(), n * 2), 0)
+          << "bf16 mean, replica " << r << ", n " << n;
+      EXPECT_EQ(got_fused[u], std::vector<std::int32_t>(n / 2 + 3, R * (R + 1) / 2));
+    }
+  }
+}
+
+// The other collectives, with closed-form results, across processes.
+TEST_P(LayoutTest, EveryCollectiveAcrossProcesses) {
+  const auto [P, L] = GetParam();
+  const int R = P * L;
+  for (const std::size_t n : {std::size_t{0}, std::size_t{3}, std::size_t{4099}}) {
+    expect_no_errors(run_processes(P, L, [&](ReplicaContext& ctx) {
+      const int me = ctx.replica_id();
+      const auto value = [](int r, std::size_t i) { return static_cast<double>(r * 1000 + i % 97); };
+      // all_gather
+      std::vector<double> in(n), out(n * static_cast<std::size_t>(R), -1);
+      for (std::size_t i = 0; i < n; ++i) in[i] = value(me, i);
+      ctx.all_gather(in, out);
+      for (int r = 0; r < R; ++r) {
+        for (std::size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(out[static_cast<std::size_t>(r) * n + i], value(r, i)) << "all_gather";
+        }
+      }
+      // broadcast from the last replica (another process for most)
+      std::vector<double> b(n);
+      for (std::size_t i = 0; i < n; ++i) b[i] = value(me, i);
+      ctx.broadcast(b, {.root = R - 1});
+      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(b[i], value(R - 1, i)) << "broadcast";
+      // reduce_scatter: block k of replica r holds r + k
+      std::vector<std::int64_t> rs_in(n * static_cast<std::size_t>(R)), rs_out(n, -1);
+      for (int k = 0; k < R; ++k) {
+        for (std::size_t i = 0; i < n; ++i) rs_in[static_cast<std::size_t>(k) * n + i] = me + k + static_cast<std::int64_t>(i);
+      }
+      ctx.reduce_scatter(rs_in, rs_out);
+      for (std::size_t i = 0; i < n; ++i) {
+        // sum over r of (r + me + i) = R(R-1)/2 + R(me + i)
+        ASSERT_EQ(rs_out[i], R * (R - 1) / 2 + R * (me + static_cast<std::int64_t>(i))) << "reduce_scatter";
+      }
+      // all_to_all: block j of replica r's input is 100 r + j
+      std::vector<std::int32_t> a_in(n * static_cast<std::size_t>(R)), a_out(n * static_cast<std::size_t>(R), -1);
+      for (int j = 0; j < R; ++j) {
+        for (std::size_t i = 0; i < n; ++i) a_in[static_cast<std::size_t>(j) * n + i] = 100 * me + j;
+      }
+      ctx.all_to_all(a_in, a_out);
+      for (int j = 0; j < R; ++j) {
+        for (std::size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(a_out[static_cast<std::size_t>(j) * n + i], 100 * j + me) << "all_to_all";
+        }
+      }
+      // permute: ring shift r -> r + 1, except that R - 1 sends nowhere (0 gets zeros)
+      std::vector<PermutePair> pairs;
+      for (int r = 0; r + 1 < R; ++r) pairs.emplace_back(r, r + 1);
+      std::vector<float> p_in(n, static_cast<float>(me + 1)), p_out(n, -1.f);
+      ctx.permute(p_in, p_out, pairs);
+      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(p_out[i], static_cast<float>(me)) << "permute";
+      ctx.barrier();
+    }));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, LayoutTest,
+                         ::testing::Values(Layout{2, 1}, Layout{4, 1}, Layout{2, 2}, Layout{3, 1},
+                                           Layout{3, 2}, Layout{2, 3}, Layout{6, 1},
+                                           Layout{1, 4}, Layout{5, 1}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.processes) + "x" +
+                                  std::to_string(info.param.local);
+                         });
+
+TEST(CrossProcessTest, MismatchIsRaisedOnEveryReplicaOfEveryProcess) {
+  std::atomic<int> mismatches{0};
+  const auto errors = run_processes(2, 2, [&](ReplicaContext& ctx) {
+    std::vector<float> v(ctx.replica_id() < 2 ? 4 : 5, 1.f);
+    try {
+      ctx.all_reduce(v);
+    } catch (const CollectiveMismatch& e) {
+      EXPECT_NE(std::string(e.what()).find("process 1 (replicas 2-3) called all_reduce(f32 x 5"),
+                std::string::npos)
+          << e.what();
+      ++mismatches;
+      throw;
+    }
+  });
+  EXPECT_EQ(mismatches.load(), 4);
+  for (const auto& e : errors) EXPECT_TRUE(e);
+}
+
+TEST(CrossProcessTest, StepFailureInOneProcessReleasesTheOthers) {
+  std::atomic<int> aborted{0};
+  const auto errors = run_processes(
+      3, 2,
+      [&](ReplicaContext& ctx) {
+        if (ctx.replica_id() == 3) throw std::runtime_error("replica three gives up");
+        std::vector<float> v(100, 1.f);
+        try {
+          ctx.all_reduce(v);
+        } catch (const Aborted&) {
+          ++aborted;
+          throw;
+        }
+      },
+      std::chrono::seconds(60));
+  EXPECT_EQ(aborted.load(), 5);  // everyone but replica 3, well before the 60 s deadline
+  for (const auto& e : errors) EXPECT_TRUE(e);
+}
+
+}  // namespace
+}  // namespace replicator

@@ -1,0 +1,96 @@
+// An in-memory Transport for tests: P endpoints in one process, one FIFO of messages per
+// (lane, source, destination). Lets the algorithms across processes run under the unit
+// tests and the sanitizers without MPI or sockets.
+#pragma once
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "replicator/errors.h"
+#include "src/engines/transport.h"
+
+namespace replicator::testing {
+
+class FakeNetwork : public std::enable_shared_from_this<FakeNetwork> {
+ public:
+  explicit FakeNetwork(int processes) : processes_(processes) {}
+
+  // The endpoint of process `rank`, with `lanes` lanes.
+  std::unique_ptr<detail::Transport> endpoint(int rank, int lanes);
+
+  int processes() const { return processes_; }
+
+ private:
+  friend class FakeTransport;
+  using Key = std::tuple<int, int, int>;  // lane, source, destination
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<Key, std::deque<std::vector<std::byte>>> queues_;
+  std::vector<std::string> aborted_by_;  // messages of processes that aborted
+  int processes_;
+};
+
+class FakeTransport : public detail::Transport {
+ public:
+  FakeTransport(std::shared_ptr<FakeNetwork> network, int rank, int lanes)
+      : network_(std::move(network)), rank_(rank), lanes_(lanes) {}
+
+  std::string_view name() const override { return "fake"; }
+  int rank() const override { return rank_; }
+  int size() const override { return network_->processes(); }
+  int num_lanes() const override { return lanes_; }
+
+  void exchange(int lane, std::span<const detail::SendOp> sends,
+                std::span<const detail::RecvOp> recvs, Clock::time_point deadline) override {
+    FakeNetwork& net = *network_;
+    std::unique_lock lock(net.mu_);
+    for (const auto& s : sends) {
+      const auto* p = static_cast<const std::byte*>(s.data);
+      net.queues_[{lane, rank_, s.peer}].emplace_back(p, p + s.bytes);
+    }
+    net.cv_.notify_all();
+    for (const auto& r : recvs) {
+      auto& queue = net.queues_[{lane, r.peer, rank_}];
+      while (queue.empty()) {
+        if (!net.aborted_by_.empty()) throw Aborted(net.aborted_by_.front(), std::nullopt);
+        if (net.cv_.wait_until(lock, deadline) == std::cv_status::timeout && queue.empty()) {
+          throw Timeout("fake exchange timed out", "exchange", 0,
+                        std::chrono::milliseconds(0), {r.peer});
+        }
+      }
+      std::vector<std::byte>& message = queue.front();
+      if (message.size() != r.bytes) {
+        throw InvalidArgument("fake transport: message of " + std::to_string(message.size()) +
+                              " bytes where " + std::to_string(r.bytes) + " were expected");
+      }
+      if (r.bytes > 0) std::memcpy(r.data, message.data(), r.bytes);
+      queue.pop_front();
+    }
+  }
+
+  void abort(const std::string& why) noexcept override {
+    std::lock_guard lock(network_->mu_);
+    network_->aborted_by_.push_back("process " + std::to_string(rank_) + " failed: " + why);
+    network_->cv_.notify_all();
+  }
+
+  void native_all_reduce_f32(float*, std::size_t) override {}
+
+ private:
+  std::shared_ptr<FakeNetwork> network_;
+  int rank_;
+  int lanes_;
+};
+
+inline std::unique_ptr<detail::Transport> FakeNetwork::endpoint(int rank, int lanes) {
+  return std::make_unique<FakeTransport>(shared_from_this(), rank, lanes);
+}
+
+}  // namespace replicator::testing

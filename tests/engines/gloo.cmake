@@ -1,0 +1,26 @@
+# Multi-process tests of the gloo transport and of `replicator launch` (label "multiproc").
+# Included from tests/CMakeLists.txt when Gloo is found. One program plays every role; see
+# the head of gloo_transport_test.cc.
+add_executable(gloo_transport_test ${CMAKE_CURRENT_LIST_DIR}/gloo_transport_test.cc)
+target_include_directories(gloo_transport_test PRIVATE ${PROJECT_SOURCE_DIR})
+target_link_libraries(gloo_transport_test PRIVATE replicator::core GTest::gtest Threads::Threads)
+target_compile_options(gloo_transport_test PRIVATE -Wall -Wextra)
+
+# Rank 1 killed in the middle of an exchange: started by the test itself, not the launcher,
+# which would stop rank 0 as soon as rank 1 dies.
+add_test(NAME gloo_transport_peer_lost COMMAND gloo_transport_test --peer-lost)
+set(_gloo_tests gloo_transport_peer_lost)
+if(TARGET replicator)
+  foreach(np 2 3)
+    add_test(NAME gloo_transport_np${np}
+      COMMAND replicator launch -n ${np} -- $<TARGET_FILE:gloo_transport_test>)
+    list(APPEND _gloo_tests gloo_transport_np${np})
+  endforeach()
+  # Starts redis-server on a free port; exits 77 (skipped) if redis-server is not installed.
+  add_test(NAME gloo_transport_redis
+    COMMAND gloo_transport_test --redis $<TARGET_FILE:replicator>)
+  set_tests_properties(gloo_transport_redis PROPERTIES SKIP_RETURN_CODE 77)
+  add_test(NAME launch_test COMMAND gloo_transport_test --launcher-check $<TARGET_FILE:replicator>)
+  list(APPEND _gloo_tests gloo_transport_redis launch_test)
+endif()
+set_tests_properties(${_gloo_tests} PROPERTIES LABELS "multiproc" TIMEOUT 120)

@@ -1,0 +1,822 @@
+// Multi-process tests of the gloo transport and of `replicator launch`.
+//
+// One program, four roles, chosen by its first argument:
+//   (none)                  a worker: one of P processes started by the launcher
+//                           (`replicator launch -n P -- gloo_transport_test`); reads
+//                           REPLICATOR_RANK, REPLICATOR_WORLD_SIZE, REPLICATOR_STORE (and
+//                           REPLICATOR_JOB) and runs the Worker tests: exchanges on 2 lanes from
+//                           2 threads, sizes 0, 1, 4099 and 3 MiB, ring shift and all-to-all,
+//                           Timeout, abort, rendezvous errors, gloo::allreduce, and prints the
+//                           latency of a 4-byte exchange and of a 4-byte gloo::allreduce;
+//   --redis LAUNCHER        starts redis-server on a free port, runs the workers through the
+//                           launcher with the Redis store, then checks the error once Redis is
+//                           down (exit 77, "skipped", when redis-server is not installed);
+//   --peer-lost             starts 2 processes itself (a launcher would stop rank 0 as soon as
+//                           rank 1 dies): rank 1 kills itself with SIGKILL in the middle of an
+//                           exchange, rank 0 must get PeerLost naming rank 1 (prints how fast);
+//   --launcher-check LAUNCHER  runs the launcher on small shell programs: prefixes, statuses,
+//                           signals, SIGTERM then SIGKILL, bad usage.
+#include "src/engines/gloo/gloo_transport.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "replicator/errors.h"
+
+extern char** environ;
+
+namespace replicator::detail {
+namespace {
+
+using Clock = Transport::Clock;
+using std::chrono::milliseconds;
+
+// ---- shared helpers -------------------------------------------------------------------
+
+std::string self_exe() {
+  std::error_code ec;
+  return std::filesystem::read_symlink("/proc/self/exe", ec).string();
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? std::string(value) : fallback;
+}
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+struct Ran {
+  int status = -1;  // as waitpid reports it
+  std::string out;
+  std::string err;
+  double ms = 0;
+};
+
+// Runs `argv` with `extra_env` added, capturing stdout and stderr.
+Ran run_capture(const std::vector<std::string>& argv,
+                const std::vector<std::string>& extra_env = {}) {
+  Ran ran;
+  int out[2];
+  int err[2];
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) return ran;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  for (const auto& e : extra_env) env.push_back(e);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  const auto start = Clock::now();
+  pid_t pid = -1;
+  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  close(out[1]);
+  close(err[1]);
+  if (rc == 0) {
+    pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+    std::string* sinks[2] = {&ran.out, &ran.err};
+    int open = 2;
+    while (open > 0) {
+      if (poll(fds, 2, -1) < 0) break;
+      for (int i = 0; i < 2; ++i) {
+        if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+        char buffer[4096];
+        const ssize_t n = read(fds[i].fd, buffer, sizeof(buffer));
+        if (n <= 0) {
+          close(fds[i].fd);
+          fds[i].fd = -1;
+          --open;
+        } else {
+          sinks[i]->append(buffer, static_cast<std::size_t>(n));
+        }
+      }
+    }
+    waitpid(pid, &ran.status, 0);
+  } else {
+    close(out[0]);
+    close(err[0]);
+    ran.err = "cannot start " + argv[0] + ": " + std::strerror(rc);
+  }
+  ran.ms = ms_since(start);
+  return ran;
+}
+
+// ---- worker ---------------------------------------------------------------------------
+
+struct World {
+  int rank = 0;
+  int size = 1;
+  std::string store;
+  std::string job;
+};
+
+World& world() {
+  static World w;
+  return w;
+}
+
+std::unique_ptr<Transport> make(const std::string& job_suffix, int lanes,
+                                milliseconds timeout = std::chrono::seconds(60),
+                                std::optional<int> size = std::nullopt) {
+  GlooOptions options;
+  options.rank = world().rank;
+  options.size = size.value_or(world().size);
+  options.store = world().store;
+  options.job = world().job + "-" + job_suffix;
+  options.lanes = lanes;
+  options.timeout = timeout;
+  return make_gloo_transport(options);
+}
+
+std::uint8_t pattern(int src, int dst, int lane, int round, std::size_t i) {
+  return static_cast<std::uint8_t>(src * 37 + dst * 11 + lane * 101 + round * 7 + i * 13 +
+                                   (i >> 9));
+}
+
+void fill(std::vector<std::uint8_t>& buffer, int src, int dst, int lane, int round) {
+  for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = pattern(src, dst, lane, round, i);
+}
+
+// The first byte of `buffer` that differs from what `src` sent, as a message; empty if none.
+std::string check(const std::vector<std::uint8_t>& buffer, int src, int dst, int lane, int round) {
+  for (std::size_t i = 0; i < buffer.size(); ++i) {
+    if (buffer[i] != pattern(src, dst, lane, round, i)) {
+      return "lane " + std::to_string(lane) + " round " + std::to_string(round) + ": " +
+             std::to_string(buffer.size()) + "-byte message from " + std::to_string(src) +
+             " differs at byte " + std::to_string(i);
+    }
+  }
+  return {};
+}
+
+constexpr std::size_t kSizes[] = {0, 1, 4099, 3u << 20};
+
+// Each process sends one message to its right neighbour and receives one from its left.
+std::string ring_shift(Transport& t, int lane, int round, std::size_t bytes) {
+  const int p = t.size();
+  const int right = (t.rank() + 1) % p;
+  const int left = (t.rank() + p - 1) % p;
+  std::vector<std::uint8_t> out(bytes);
+  std::vector<std::uint8_t> in(bytes, 0xee);
+  fill(out, t.rank(), right, lane, round);
+  const SendOp send{right, out.data(), bytes};
+  const RecvOp recv{left, in.data(), bytes};
+  t.exchange(lane, {&send, 1}, {&recv, 1}, Clock::now() + std::chrono::seconds(30));
+  return check(in, left, t.rank(), lane, round);
+}
+
+// Each process sends a distinct message to every process, itself included.
+std::string all_to_all(Transport& t, int lane, int round, std::size_t bytes) {
+  const int p = t.size();
+  std::vector<std::vector<std::uint8_t>> out(p, std::vector<std::uint8_t>(bytes));
+  std::vector<std::vector<std::uint8_t>> in(p, std::vector<std::uint8_t>(bytes, 0xee));
+  std::vector<SendOp> sends;
+  std::vector<RecvOp> recvs;
+  for (int peer = 0; peer < p; ++peer) {
+    fill(out[peer], t.rank(), peer, lane, round);
+    sends.push_back({peer, out[peer].data(), bytes});
+    recvs.push_back({peer, in[peer].data(), bytes});
+  }
+  t.exchange(lane, sends, recvs, Clock::now() + std::chrono::seconds(30));
+  for (int peer = 0; peer < p; ++peer) {
+    std::string error = check(in[peer], peer, t.rank(), lane, round);
+    if (!error.empty()) return error;
+  }
+  return {};
+}
+
+TEST(Worker, RingShiftAndAllToAllOnTwoLanesFromTwoThreads) {
+  auto t = make("lanes", 2);
+  ASSERT_EQ(t->name(), "gloo");
+  ASSERT_EQ(t->rank(), world().rank);
+  ASSERT_EQ(t->size(), world().size);
+  ASSERT_EQ(t->num_lanes(), 2);
+  std::string errors[2];
+  auto drive = [&](int lane) {
+    try {
+      for (int round = 0; round < 3; ++round) {
+        for (const std::size_t bytes : kSizes) {
+          // The two lanes run the two patterns in opposite orders, at the same time.
+          std::string e1 =
+              lane == 0 ? ring_shift(*t, lane, round, bytes) : all_to_all(*t, lane, round, bytes);
+          std::string e2 =
+              lane == 0 ? all_to_all(*t, lane, round, bytes) : ring_shift(*t, lane, round, bytes);
+          if (!e1.empty() || !e2.empty()) {
+            errors[lane] = e1.empty() ? e2 : e1;
+            return;
+          }
+        }
+      }
+    } catch (const std::exception& e) {
+      errors[lane] = std::string("lane ") + std::to_string(lane) + " threw: " + e.what();
+    }
+  };
+  std::thread lane1(drive, 1);
+  drive(0);
+  lane1.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+}
+
+TEST(Worker, MessagesBetweenTwoProcessesArriveInOrder) {
+  auto t = make("order", 1);
+  const int p = t->size();
+  const int right = (t->rank() + 1) % p;
+  const int left = (t->rank() + p - 1) % p;
+  // Several messages to one peer in one exchange, and across exchanges, of mixed sizes.
+  const std::size_t sizes[] = {5, 0, 70000, 1, 3u << 20, 17};
+  std::vector<std::vector<std::uint8_t>> out, in;
+  std::vector<SendOp> sends;
+  std::vector<RecvOp> recvs;
+  for (std::size_t k = 0; k < std::size(sizes); ++k) {
+    out.emplace_back(sizes[k]);
+    in.emplace_back(sizes[k], 0xee);
+    fill(out.back(), t->rank(), right, 0, static_cast<int>(k));
+  }
+  for (std::size_t k = 0; k < std::size(sizes); ++k) {
+    sends.push_back({right, out[k].data(), sizes[k]});
+    recvs.push_back({left, in[k].data(), sizes[k]});
+  }
+  for (int round = 0; round < 3; ++round) {
+    t->exchange(0, sends, recvs, Clock::now() + std::chrono::seconds(30));
+    for (std::size_t k = 0; k < std::size(sizes); ++k) {
+      EXPECT_EQ(check(in[k], left, t->rank(), 0, static_cast<int>(k)), "");
+    }
+  }
+  // An exchange of nothing, and of zero-byte messages only, returns at once.
+  t->exchange(0, {}, {}, Clock::now() + std::chrono::seconds(1));
+  const SendOp empty_send{right, nullptr, 0};
+  const RecvOp empty_recv{left, nullptr, 0};
+  t->exchange(0, {&empty_send, 1}, {&empty_recv, 1}, Clock::now() + std::chrono::seconds(1));
+}
+
+TEST(Worker, BadArgumentsAreInvalidArgument) {
+  auto t = make("bad-arguments", 1);
+  std::uint8_t byte = 0;
+  const SendOp send{t->size(), &byte, 1};
+  EXPECT_THROW(t->exchange(0, {&send, 1}, {}, Clock::now() + std::chrono::seconds(1)),
+               InvalidArgument);
+  EXPECT_THROW(t->exchange(1, {}, {}, Clock::now() + std::chrono::seconds(1)), InvalidArgument);
+  const SendOp to_self{t->rank(), &byte, 1};
+  EXPECT_THROW(t->exchange(0, {&to_self, 1}, {}, Clock::now() + std::chrono::seconds(1)),
+               InvalidArgument);
+}
+
+TEST(Worker, NativeAllReduceSums) {
+  auto t = make("allreduce", 1);
+  const int p = t->size();
+  for (const std::size_t count :
+       {std::size_t{0}, std::size_t{1}, std::size_t{1000}, std::size_t{1} << 20}) {
+    std::vector<float> data(count);
+    for (std::size_t i = 0; i < count; ++i) data[i] = static_cast<float>((t->rank() + 1) * (i % 7));
+    t->native_all_reduce_f32(data.data(), count);
+    const float ranks = static_cast<float>(p * (p + 1) / 2);
+    for (std::size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(data[i], ranks * static_cast<float>(i % 7)) << "count " << count << " at " << i;
+    }
+  }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+TEST(Worker, LatencyOfFourBytes) {
+  auto t = make("latency", 1);
+  const int p = t->size();
+  const int right = (t->rank() + 1) % p;
+  const int left = (t->rank() + p - 1) % p;
+  float out = 1.0f;
+  float in = 0.0f;
+  const SendOp send{right, &out, sizeof(out)};
+  const RecvOp recv{left, &in, sizeof(in)};
+  constexpr int kWarmup = 200;
+  constexpr int kIters = 2000;
+  std::vector<double> exchange_us;
+  std::vector<double> allreduce_us;
+  for (int i = 0; i < kWarmup + kIters; ++i) {
+    const auto start = Clock::now();
+    t->exchange(0, {&send, 1}, {&recv, 1}, Clock::now() + std::chrono::seconds(30));
+    if (i >= kWarmup) exchange_us.push_back(ms_since(start) * 1000);
+  }
+  for (int i = 0; i < kWarmup + kIters; ++i) {
+    float value = 1.0f;
+    const auto start = Clock::now();
+    t->native_all_reduce_f32(&value, 1);
+    if (i >= kWarmup) allreduce_us.push_back(ms_since(start) * 1000);
+    ASSERT_EQ(value, static_cast<float>(p));
+  }
+  if (t->rank() == 0) {
+    std::printf(
+        "latency (%d processes, lane 0, median of %d): 4-byte exchange %.1f us, "
+        "4-byte gloo::allreduce %.1f us\n",
+        p, kIters, median(exchange_us), median(allreduce_us));
+  }
+}
+
+TEST(Worker, ReceiveThatNeverComesTimesOutNamingThePeer) {
+  auto t = make("timeout", 1);
+  std::uint8_t byte = 0;
+  if (t->rank() == 0) {
+    const RecvOp recv{1, &byte, 1};
+    const auto start = Clock::now();
+    try {
+      t->exchange(0, {}, {&recv, 1}, start + milliseconds(300));
+      ADD_FAILURE() << "no Timeout";
+    } catch (const Timeout& e) {
+      const double waited = ms_since(start);
+      EXPECT_EQ(e.missing(), std::vector<int>{1}) << e.what();
+      EXPECT_EQ(e.op(), "exchange");
+      EXPECT_GE(waited, 299.0);
+      EXPECT_LT(waited, 2000.0);
+      EXPECT_NE(std::string(e.what()).find("process 1"), std::string::npos) << e.what();
+      std::printf("Timeout after %.0f ms: %s\n", waited, e.what());
+    }
+    // Poisoned: every later call throws Aborted.
+    EXPECT_THROW(t->exchange(0, {}, {&recv, 1}, Clock::now() + std::chrono::seconds(5)), Aborted);
+    float value = 1;
+    EXPECT_THROW(t->native_all_reduce_f32(&value, 1), Aborted);
+  } else if (t->rank() == 1) {
+    // Rank 0 gives up on us and announces it: we are released with Aborted, not a hang.
+    const RecvOp recv{0, &byte, 1};
+    const auto start = Clock::now();
+    try {
+      t->exchange(0, {}, {&recv, 1}, start + std::chrono::seconds(20));
+      ADD_FAILURE() << "no error";
+    } catch (const Aborted& e) {
+      EXPECT_NE(std::string(e.what()).find("process 0 failed"), std::string::npos) << e.what();
+      EXPECT_LT(ms_since(start), 10000.0);
+    }
+  }
+}
+
+TEST(Worker, AbortReleasesLocalWaitersAndPeers) {
+  auto t = make("abort", 2);
+  std::uint8_t byte = 0;
+  if (t->rank() == 1) {
+    // A thread waits on lane 1 for a message nobody sends; abort() must release it.
+    std::atomic<bool> released{false};
+    std::string what;
+    std::thread waiter([&] {
+      std::uint8_t b = 0;
+      const RecvOp recv{0, &b, 1};
+      try {
+        t->exchange(1, {}, {&recv, 1}, Clock::now() + std::chrono::seconds(20));
+      } catch (const Aborted& e) {
+        what = e.what();
+      } catch (const std::exception& e) {
+        what = std::string("wrong error: ") + e.what();
+      }
+      released = true;
+    });
+    std::this_thread::sleep_for(milliseconds(200));
+    const auto start = Clock::now();
+    t->abort("the step of the test failed on purpose");
+    waiter.join();
+    EXPECT_TRUE(released);
+    EXPECT_LT(ms_since(start), 2000.0);
+    EXPECT_NE(what.find("the step of the test failed on purpose"), std::string::npos) << what;
+  } else {
+    // Every other process waits for rank 1 and hears of its failure.
+    const RecvOp recv{1, &byte, 1};
+    const auto start = Clock::now();
+    try {
+      t->exchange(0, {}, {&recv, 1}, start + std::chrono::seconds(20));
+      ADD_FAILURE() << "no error";
+    } catch (const Aborted& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("process 1 failed: the step of the test failed on purpose"),
+                std::string::npos)
+          << what;
+      EXPECT_LT(ms_since(start), 10000.0);
+    }
+  }
+}
+
+TEST(Worker, RendezvousTimeoutSaysWhoJoined) {
+  const int p = world().size;
+  const auto start = Clock::now();
+  try {
+    make("missing-one", 1, milliseconds(1500), p + 1);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    const std::string joined =
+        std::to_string(p) + " of " + std::to_string(p + 1) + " processes joined";
+    EXPECT_NE(what.find(joined), std::string::npos) << what;
+    EXPECT_NE(what.find("missing: rank " + std::to_string(p)), std::string::npos) << what;
+    EXPECT_LT(ms_since(start), 10000.0);
+    if (world().rank == 0) std::printf("rendezvous timeout: %s\n", what.c_str());
+  }
+}
+
+TEST(Worker, BadStoresAreConfigErrors) {
+  GlooOptions options;
+  options.rank = 0;
+  options.size = 1;
+  for (const std::string url : {"", "file://relative/dir", "http://example.com", "redis://",
+                                "redis://host:99999", "redis://host:", "redis://[::1"}) {
+    options.store = url;
+    try {
+      make_gloo_transport(options);
+      ADD_FAILURE() << "no error for " << url;
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("'" + url + "'"), std::string::npos) << what;
+      EXPECT_NE(what.find("file:///"), std::string::npos) << what;
+      EXPECT_NE(what.find("redis://host:port"), std::string::npos) << what;
+    }
+  }
+  // Nobody listens on port 1: the message names the Redis it tried.
+  options.store = "redis://127.0.0.1:1";
+  try {
+    make_gloo_transport(options);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:1 "), std::string::npos) << e.what();
+  }
+  // A process of size 1 needs nobody else.
+  options.store = world().store;
+  options.job = world().job + "-alone-" + std::to_string(world().rank);
+  auto alone = make_gloo_transport(options);
+  std::uint8_t in = 0;
+  const std::uint8_t out = 42;
+  const SendOp send{0, &out, 1};
+  const RecvOp recv{0, &in, 1};
+  alone->exchange(0, {&send, 1}, {&recv, 1}, Clock::now() + std::chrono::seconds(1));
+  EXPECT_EQ(in, 42);
+  // The same job again finds its keys: refused, with a hint.
+  try {
+    make_gloo_transport(options);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("earlier run"), std::string::npos) << e.what();
+  }
+}
+
+int run_worker() {
+  const char* rank = std::getenv("REPLICATOR_RANK");
+  const char* size = std::getenv("REPLICATOR_WORLD_SIZE");
+  const char* store = std::getenv("REPLICATOR_STORE");
+  if (rank == nullptr || size == nullptr || store == nullptr) {
+    std::fprintf(stderr,
+                 "gloo_transport_test: REPLICATOR_RANK, REPLICATOR_WORLD_SIZE and "
+                 "REPLICATOR_STORE are not set; run it as `replicator launch -n 2 -- "
+                 "gloo_transport_test`\n");
+    return 2;
+  }
+  world().rank = std::atoi(rank);
+  world().size = std::atoi(size);
+  world().store = store;
+  world().job = env_or("REPLICATOR_JOB", "gloo-test");
+  if (world().size < 2) {
+    std::fprintf(stderr, "gloo_transport_test: needs at least 2 processes\n");
+    return 2;
+  }
+  // Every process must run the same tests in the same order: only --gtest_filter, given to
+  // all of them alike, narrows them.
+  if (GTEST_FLAG_GET(filter) == "*") GTEST_FLAG_SET(filter, "Worker.*");
+  return RUN_ALL_TESTS();
+}
+
+// ---- peer lost ------------------------------------------------------------------------
+
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+// Rank 1 dies by SIGKILL in the middle of an exchange; rank 0 must get PeerLost naming it.
+int run_peer_lost_worker() {
+  world().rank = std::atoi(env_or("REPLICATOR_RANK", "0").c_str());
+  world().size = 2;
+  world().store = env_or("REPLICATOR_STORE", "");
+  world().job = "peer-lost";
+  auto t = make("main", 1);
+  if (t->rank() == 1) {
+    // The kill time goes to rank 0 first (steady_clock is CLOCK_MONOTONIC: one clock for
+    // every process of the machine), then a thread kills this process at that time while
+    // the main thread is inside an exchange.
+    const std::int64_t kill_at = steady_ns() + 300'000'000;
+    const SendOp send{0, &kill_at, sizeof(kill_at)};
+    t->exchange(0, {&send, 1}, {}, Clock::now() + std::chrono::seconds(30));
+    std::thread killer([kill_at] {
+      std::this_thread::sleep_until(Clock::time_point(std::chrono::nanoseconds(kill_at)));
+      raise(SIGKILL);
+    });
+    killer.detach();
+    std::vector<std::uint8_t> big(3u << 20);
+    const RecvOp recv{0, big.data(), big.size()};
+    t->exchange(0, {}, {&recv, 1}, Clock::now() + std::chrono::seconds(30));
+    std::fprintf(stderr, "rank 1: the exchange returned, but it should never complete\n");
+    return 1;
+  }
+  std::int64_t kill_at = 0;
+  const RecvOp first{1, &kill_at, sizeof(kill_at)};
+  t->exchange(0, {}, {&first, 1}, Clock::now() + std::chrono::seconds(30));
+  std::vector<std::uint8_t> big(3u << 20);
+  const RecvOp recv{1, big.data(), big.size()};
+  try {
+    // Both processes wait for each other: rank 1 dies while both are inside an exchange.
+    t->exchange(0, {}, {&recv, 1}, Clock::now() + std::chrono::seconds(30));
+    std::fprintf(stderr, "rank 0: FAILED: the exchange completed\n");
+    return 1;
+  } catch (const PeerLost& e) {
+    const double after_ms = static_cast<double>(steady_ns() - kill_at) / 1e6;
+    std::printf("rank 0: PeerLost %.1f ms after rank 1 was killed: %s\n", after_ms, e.what());
+    if (e.peer() != 1 || std::string(e.what()).find("process 1") == std::string::npos) {
+      std::fprintf(stderr, "rank 0: FAILED: PeerLost names peer %d\n", e.peer());
+      return 1;
+    }
+    if (after_ms > 30000) {
+      std::fprintf(stderr, "rank 0: FAILED: PeerLost came after the 30 s deadline\n");
+      return 1;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank 0: FAILED: expected PeerLost, got: %s\n", e.what());
+    return 1;
+  }
+  try {
+    const std::uint8_t byte = 1;
+    const SendOp send{1, &byte, 1};
+    t->exchange(0, {&send, 1}, {}, Clock::now() + std::chrono::seconds(1));
+    std::fprintf(stderr, "rank 0: FAILED: a poisoned transport exchanged\n");
+    return 1;
+  } catch (const Aborted&) {
+  }
+  std::printf("rank 0: ok\n");
+  return 0;
+}
+
+TEST(PeerLost, KilledProcessIsReportedToItsPeer) {
+  char dir[] = "/tmp/gloo-peer-lost-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string exe = self_exe();
+  pid_t pids[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    env.push_back("REPLICATOR_RANK=" + std::to_string(rank));
+    env.push_back(std::string("REPLICATOR_STORE=file://") + dir);
+    std::vector<char*> envp;
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    std::string arg = "--peer-lost-worker";
+    char* argv[] = {const_cast<char*>(exe.c_str()), arg.data(), nullptr};
+    ASSERT_EQ(posix_spawn(&pids[rank], exe.c_str(), nullptr, nullptr, argv, envp.data()), 0);
+  }
+  int status[2];
+  for (int rank = 0; rank < 2; ++rank) waitpid(pids[rank], &status[rank], 0);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  EXPECT_TRUE(WIFEXITED(status[0]) && WEXITSTATUS(status[0]) == 0) << "rank 0 status " << status[0];
+  EXPECT_TRUE(WIFSIGNALED(status[1]) && WTERMSIG(status[1]) == SIGKILL)
+      << "rank 1 status " << status[1];
+}
+
+// ---- redis ----------------------------------------------------------------------------
+
+std::string g_launcher;
+
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t length = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) != 0) {
+    close(fd);
+    return -1;
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+bool accepts(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
+
+TEST(Redis, WorkersMeetThroughRedisAndItsLossIsAClearError) {
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  const std::string port_text = std::to_string(port);
+  // redis-server --port P --save '' --daemonize no, its output to /dev/null.
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  std::vector<std::string> args = {"redis-server", "--port",      port_text, "--bind",
+                                   "127.0.0.1",    "--save",      "",        "--appendonly",
+                                   "no",           "--daemonize", "no"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t redis = -1;
+  ASSERT_EQ(posix_spawnp(&redis, "redis-server", &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  const auto start = Clock::now();
+  while (!accepts(port) && ms_since(start) < 10000) std::this_thread::sleep_for(milliseconds(20));
+  const bool up = accepts(port);
+  if (up) {
+    const std::string store = "redis://127.0.0.1:" + port_text;
+    const Ran ran =
+        run_capture({g_launcher, "launch", "-n", "2", "--store", store, "--", self_exe()});
+    std::fwrite(ran.out.data(), 1, ran.out.size(), stdout);
+    std::fwrite(ran.err.data(), 1, ran.err.size(), stderr);
+    EXPECT_TRUE(WIFEXITED(ran.status) && WEXITSTATUS(ran.status) == 0) << ran.status;
+  }
+  kill(redis, SIGTERM);
+  int status = 0;
+  waitpid(redis, &status, 0);
+  ASSERT_TRUE(up) << "redis-server did not listen on port " << port << " within 10 s";
+
+  // Redis is down now: the error names it.
+  GlooOptions options;
+  options.store = "redis://127.0.0.1:" + port_text;
+  try {
+    make_gloo_transport(options);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("127.0.0.1:" + port_text), std::string::npos) << what;
+    std::printf("with Redis down: %s\n", what.c_str());
+  }
+}
+
+bool on_path(const std::string& program) {
+  const std::string path = env_or("PATH", "/usr/bin:/bin");
+  std::size_t begin = 0;
+  while (begin <= path.size()) {
+    const std::size_t end = std::min(path.find(':', begin), path.size());
+    const std::string candidate = path.substr(begin, end - begin) + "/" + program;
+    if (access(candidate.c_str(), X_OK) == 0) return true;
+    begin = end + 1;
+  }
+  return false;
+}
+
+// ---- launcher -------------------------------------------------------------------------
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+
+TEST(Launcher, PrefixesEveryLineAndSetsTheEnvironment) {
+  const Ran ran =
+      run_capture({g_launcher, "launch", "-n", "3", "--local-replicas", "4", "--host", "127.0.0.1",
+                   "--", "sh", "-c",
+                   "echo out $REPLICATOR_RANK $REPLICATOR_WORLD_SIZE $REPLICATOR_ENGINE "
+                   "$REPLICATOR_LOCAL_REPLICAS $REPLICATOR_HOST; echo err $REPLICATOR_RANK >&2; "
+                   "echo store $REPLICATOR_STORE; printf 'no newline'"});
+  EXPECT_EQ(exit_code(ran.status), 0) << ran.err;
+  for (int r = 0; r < 3; ++r) {
+    const std::string prefix = "[rank " + std::to_string(r) + "] ";
+    EXPECT_TRUE(contains(ran.out, prefix + "out " + std::to_string(r) + " 3 gloo 4 127.0.0.1\n"))
+        << ran.out;
+    EXPECT_TRUE(contains(ran.err, prefix + "err " + std::to_string(r) + "\n")) << ran.err;
+    EXPECT_TRUE(contains(ran.out, prefix + "no newline\n")) << ran.out;
+    EXPECT_FALSE(contains(ran.out, prefix + "err")) << "stderr line on stdout";
+  }
+  // The default store is a fresh folder, gone after the run.
+  const auto at = ran.out.find("store file://");
+  ASSERT_NE(at, std::string::npos) << ran.out;
+  const std::string dir = ran.out.substr(at + 13, ran.out.find('\n', at) - at - 13);
+  EXPECT_FALSE(std::filesystem::exists(dir)) << dir;
+}
+
+TEST(Launcher, ReportsAChildThatExitsNonZeroAndStopsTheOthers) {
+  const Ran ran = run_capture({g_launcher, "launch", "-n", "2", "--", "sh", "-c",
+                               "if [ \"$REPLICATOR_RANK\" = 1 ]; then exit 3; fi; sleep 30"});
+  EXPECT_EQ(exit_code(ran.status), 1);
+  EXPECT_TRUE(contains(ran.err, "replicator launch: rank 1 exited with status 3\n")) << ran.err;
+  EXPECT_LT(ran.ms, 10000.0);
+}
+
+TEST(Launcher, ReportsAChildKilledByASignal) {
+  const Ran ran = run_capture({g_launcher, "launch", "-n", "2", "--", "sh", "-c",
+                               "if [ \"$REPLICATOR_RANK\" = 1 ]; then kill -9 $$; fi; sleep 30"});
+  EXPECT_EQ(exit_code(ran.status), 1);
+  EXPECT_TRUE(contains(ran.err, "replicator launch: rank 1 was killed by signal 9 (Killed)\n"))
+      << ran.err;
+  EXPECT_LT(ran.ms, 10000.0);
+}
+
+TEST(Launcher, KillsAChildThatIgnoresSigterm) {
+  const Ran ran = run_capture(
+      {g_launcher, "launch", "-n", "2", "--", "sh", "-c",
+       "trap '' TERM; if [ \"$REPLICATOR_RANK\" = 0 ]; then sleep 0.3; exit 5; fi; sleep 30"});
+  EXPECT_EQ(exit_code(ran.status), 1);
+  EXPECT_TRUE(contains(ran.err, "rank 0 exited with status 5")) << ran.err;
+  EXPECT_GE(ran.ms, 2000.0);  // SIGTERM ignored: SIGKILL after the 2 s grace
+  EXPECT_LT(ran.ms, 10000.0);
+}
+
+TEST(Launcher, ForwardsSigtermToTheChildren) {
+  const std::vector<std::string> argv = {g_launcher, "launch", "-n", "2", "--", "sleep", "30"};
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  std::this_thread::sleep_for(milliseconds(500));
+  const auto start = Clock::now();
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_EQ(exit_code(status), 1);  // the children died by SIGTERM
+  EXPECT_LT(ms_since(start), 5000.0);
+}
+
+TEST(Launcher, BadUsageExitsTwo) {
+  Ran ran = run_capture({g_launcher, "launch", "-n", "0", "--", "true"});
+  EXPECT_EQ(exit_code(ran.status), 2);
+  EXPECT_TRUE(contains(ran.err, "-n must be at least 1")) << ran.err;
+  ran = run_capture({g_launcher, "launch", "-n", "2"});
+  EXPECT_EQ(exit_code(ran.status), 2);
+  EXPECT_TRUE(contains(ran.err, "no program to run")) << ran.err;
+  ran = run_capture({g_launcher, "launch", "--", "true"});
+  EXPECT_EQ(exit_code(ran.status), 2);
+  ran = run_capture({g_launcher, "launch", "-n", "2", "--", "/nonexistent/program"});
+  EXPECT_EQ(exit_code(ran.status), 2);
+  EXPECT_TRUE(contains(ran.err, "cannot start '/nonexistent/program'")) << ran.err;
+}
+
+TEST(Launcher, AllChildrenSucceeding) {
+  const Ran ran = run_capture({g_launcher, "launch", "-n", "4", "--", "true"});
+  EXPECT_EQ(exit_code(ran.status), 0) << ran.err;
+  EXPECT_EQ(ran.err, "");
+}
+
+}  // namespace
+}  // namespace replicator::detail
+
+int main(int argc, char** argv) {
+  using namespace replicator::detail;
+  testing::InitGoogleTest(&argc, argv);
+  const std::string mode = argc >= 2 ? argv[1] : "";
+  if (mode == "--peer-lost-worker") return run_peer_lost_worker();
+  if (mode == "--peer-lost") {
+    GTEST_FLAG_SET(filter, "PeerLost.*");
+    return RUN_ALL_TESTS();
+  }
+  if (mode == "--redis" || mode == "--launcher-check") {
+    if (argc < 3) {
+      std::fprintf(stderr, "usage: gloo_transport_test %s PATH_TO_REPLICATOR\n", mode.c_str());
+      return 2;
+    }
+    g_launcher = argv[2];
+    if (mode == "--redis" && !on_path("redis-server")) {
+      std::printf("SKIPPED: redis-server is not installed (Debian package redis-server)\n");
+      return 77;
+    }
+    GTEST_FLAG_SET(filter, mode == "--redis" ? "Redis.*" : "Launcher.*");
+    return RUN_ALL_TESTS();
+  }
+  return run_worker();
+}

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Multi-process tests of the Replicator on real processes: mpirun for the mpi engine,
+# `replicator launch` (or plain background processes) for gloo.
+#
+#   multiproc.sh BUILD_DIR CASE
+#
+# CASE: determinism-mpi, determinism-gloo, mismatch-mpi, mismatch-gloo, throw-mpi,
+#       throw-gloo, kill-mpi, kill-gloo, two-hosts-gloo
+# Exit 0 on success, 1 on failure, 77 when the case cannot run here (ctest: skipped).
+set -uo pipefail
+build="${1:?build dir}"
+case_name="${2:?case}"
+prog="$build/tests/replicator_multiproc"
+launcher="$build/replicator"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+mpi=(timeout 120 mpirun --oversubscribe --bind-to none)
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# digest_of LAYOUT...: runs the digest scenario and prints the digest line.
+digest_local() { REPLICATOR_LOCAL_REPLICAS=$1 timeout 120 "$prog" digest | grep '^digest'; }
+digest_mpi() { "${mpi[@]}" -np "$1" -x REPLICATOR_LOCAL_REPLICAS="$2" "$prog" digest | grep '^digest'; }
+digest_gloo() {
+  timeout 120 "$launcher" launch -n "$1" --local-replicas "$2" -- "$prog" digest |
+    sed 's/^\[rank [0-9]*\] //' | grep '^digest'
+}
+
+# expect_same R LINE...: every layout of R replicas printed the same digest.
+expect_same() {
+  local r=$1; shift
+  local first=$1
+  [[ "$first" == "digest R=$r "* ]] || fail "R=$r: no digest from the reference ('$first')"
+  for line in "$@"; do
+    [[ "$line" == "$first" ]] || fail "R=$r: '$line' differs from '$first'"
+  done
+  echo "R=$r: ${#@} layouts agree: $first"
+}
+
+case "$case_name" in
+  determinism-mpi)
+    expect_same 4 "$(digest_local 4)" "$(digest_mpi 2 2)" "$(digest_mpi 4 1)"
+    expect_same 3 "$(digest_local 3)" "$(digest_mpi 3 1)"
+    expect_same 6 "$(digest_local 6)" "$(digest_mpi 2 3)" "$(digest_mpi 3 2)" "$(digest_mpi 6 1)"
+    ;;
+  determinism-gloo)
+    expect_same 4 "$(digest_local 4)" "$(digest_gloo 2 2)" "$(digest_gloo 4 1)"
+    expect_same 3 "$(digest_local 3)" "$(digest_gloo 3 1)"
+    expect_same 6 "$(digest_local 6)" "$(digest_gloo 2 3)" "$(digest_gloo 3 2)" "$(digest_gloo 6 1)"
+    ;;
+  mismatch-mpi)
+    out=$("${mpi[@]}" -np 2 -x REPLICATOR_LOCAL_REPLICAS=2 "$prog" mismatch 2>&1) || fail "$out"
+    [[ $(grep -c '^mismatch ok' <<<"$out") == 2 ]] || fail "expected 2 'mismatch ok': $out"
+    ;;
+  mismatch-gloo)
+    out=$(timeout 120 "$launcher" launch -n 2 --local-replicas 2 -- "$prog" mismatch 2>&1) ||
+      fail "$out"
+    [[ $(grep -c 'mismatch ok' <<<"$out") == 2 ]] || fail "expected 2 'mismatch ok': $out"
+    ;;
+  throw-mpi)
+    out=$("${mpi[@]}" -np 3 -x REPLICATOR_LOCAL_REPLICAS=2 "$prog" throw 2>&1) || fail "$out"
+    [[ $(grep -c 'released ok' <<<"$out") == 3 ]] || fail "expected 3 'released ok': $out"
+    ;;
+  throw-gloo)
+    out=$(timeout 120 "$launcher" launch -n 3 --local-replicas 2 -- "$prog" throw 2>&1) ||
+      fail "$out"
+    [[ $(grep -c 'released ok' <<<"$out") == 3 ]] || fail "expected 3 'released ok': $out"
+    ;;
+  kill-mpi)
+    # OpenMPI ends the whole job when a process dies: the test is that it ends, promptly,
+    # with a message naming the lost rank (not a hang).
+    start=$(date +%s)
+    out=$("${mpi[@]}" -np 3 "$prog" kill 2>&1) && fail "the job should have failed: $out"
+    grep -q 'rank 2' <<<"$out" || fail "no message names rank 2: $out"
+    echo "job ended after $(( $(date +%s) - start )) s: $(grep -m1 'rank 2' <<<"$out")"
+    ;;
+  kill-gloo)
+    # Plain background processes (the launcher would stop the survivors itself).
+    store=$(mktemp -d)
+    pids=()
+    for rank in 0 1 2; do
+      REPLICATOR_ENGINE=gloo REPLICATOR_RANK=$rank REPLICATOR_WORLD_SIZE=3 \
+        REPLICATOR_STORE="file://$store" REPLICATOR_TIMEOUT=30s \
+        timeout 120 "$prog" kill > "$store/out.$rank" 2>&1 &
+      pids+=($!)
+    done
+    status=0
+    for rank in 0 1; do wait "${pids[$rank]}" || status=1; done
+    wait "${pids[2]}"
+    cat "$store"/out.0 "$store"/out.1
+    for rank in 0 1; do
+      grep -q 'peer-lost' "$store/out.$rank" || status=1
+    done
+    rm -rf "$store"
+    [[ $status == 0 ]] || fail "survivors did not report the lost process"
+    ;;
+  two-hosts-gloo)
+    exec "$(dirname "$0")/two_hosts.sh" "$build"
+    ;;
+  *)
+    echo "unknown case $case_name" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,164 @@
+// A program for the multi-process tests: started as several processes by mpirun or by
+// `replicator launch` (or by hand, for the kill tests), on the engine Config::from_env()
+// picks. Scenarios:
+//   digest     all_reduce of the same random data per replica id; prints one line
+//              "digest R=<R> <hex>" (same bits whatever the layout) from process 0
+//   mismatch   process 0's replicas reduce 4 floats, the others 5: expects
+//              CollectiveMismatch everywhere; prints "mismatch ok"
+//   throw      replica 1 throws in its step: every other replica must be released with
+//              Aborted (or its own error); prints "released ok" (exit 0) per process
+//   kill       the last process SIGKILLs itself in the middle of a stream of
+//              all_reduces; the others print "peer-lost after <ms> ms" and exit 0 if
+//              they get PeerLost (or Aborted, naming the lost process), 1 otherwise
+// Exit 0 when the scenario's expectation held, 1 otherwise.
+#include <csignal>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "replicator/replicator.h"
+
+using namespace replicator;
+
+namespace {
+
+std::vector<float> data_of(int replica, std::size_t n) {
+  std::mt19937 rng(4242 + static_cast<unsigned>(replica));
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = u(rng) * std::ldexp(1.f, static_cast<int>(i % 23) - 11);
+  return v;
+}
+
+std::uint64_t fnv(const void* data, std::size_t bytes, std::uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+int digest(Replicator& repl) {
+  auto hashes = repl.run([&](ReplicaContext& ctx) {
+    std::uint64_t h = 0;
+    for (const std::size_t n : {std::size_t{1}, std::size_t{37}, std::size_t{100003}}) {
+      auto v = data_of(ctx.replica_id(), n);
+      ctx.all_reduce(v);
+      h = fnv(v.data(), v.size() * sizeof(float), h ^ n);
+      std::vector<bfloat16> b;
+      for (float x : data_of(ctx.replica_id(), n)) b.emplace_back(x);
+      ctx.all_reduce(b, {.op = ReduceOp::kMean});
+      h = fnv(b.data(), b.size() * sizeof(bfloat16), h);
+    }
+    return static_cast<std::int64_t>(h);
+  });
+  for (const auto h : hashes) {
+    if (h != hashes[0]) {
+      std::fprintf(stderr, "local replicas disagree\n");
+      return 1;
+    }
+  }
+  // Every replica of every process must hold the same digest: compare through max/min.
+  const auto lo = repl.reduce(ReduceOp::kMin, hashes);
+  const auto hi = repl.reduce(ReduceOp::kMax, hashes);
+  if (lo != hi) {
+    std::fprintf(stderr, "processes disagree\n");
+    return 1;
+  }
+  if (repl.num_replicas() > 0 && repl.run([](ReplicaContext& ctx) { return ctx.replica_id(); })[0] == 0) {
+    std::printf("digest R=%d %016llx\n", repl.num_replicas(), static_cast<unsigned long long>(hashes[0]));
+  }
+  return 0;
+}
+
+int mismatch(Replicator& repl) {
+  const int L = repl.num_local_replicas();
+  int caught = 0;
+  try {
+    repl.run([&](ReplicaContext& ctx) {
+      std::vector<float> v(ctx.replica_id() < L ? 4 : 5, 1.f);
+      ctx.all_reduce(v);
+    });
+  } catch (const CollectiveMismatch& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    caught = 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "unexpected: %s\n", e.what());
+  }
+  if (caught) std::printf("mismatch ok\n");
+  return caught ? 0 : 1;
+}
+
+int throw_in_step(Replicator& repl) {
+  try {
+    repl.run([&](ReplicaContext& ctx) {
+      if (ctx.replica_id() == 1) throw std::runtime_error("replica 1 gives up");
+      std::vector<float> v(1000, 1.f);
+      for (int i = 0; i < 100; ++i) ctx.all_reduce(v);
+    });
+  } catch (const Aborted& e) {
+    std::printf("released ok: %s\n", e.what());
+    return 0;
+  } catch (const ReplicaFailed& e) {
+    std::printf("released ok (the failing process): %s\n", e.what());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "unexpected: %s\n", e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "no error\n");
+  return 1;
+}
+
+int kill_one(Replicator& repl, int rank, int processes) {
+  const auto start = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point failed_at;
+  try {
+    repl.run([&](ReplicaContext& ctx) {
+      std::vector<float> v(1 << 16, 1.f);
+      for (int i = 0;; ++i) {
+        if (rank == processes - 1 && i == 200) raise(SIGKILL);
+        ctx.all_reduce(v);
+      }
+    });
+  } catch (const PeerLost& e) {
+    failed_at = std::chrono::steady_clock::now();
+    std::printf("peer-lost after %lld ms: %s\n",
+                static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                    failed_at - start).count()), e.what());
+    return 0;
+  } catch (const Aborted& e) {
+    std::printf("peer-lost (released) : %s\n", e.what());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "unexpected: %s\n", e.what());
+    return 1;
+  }
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s digest|mismatch|throw|kill\n", argv[0]);
+    return 2;
+  }
+  const std::string scenario = argv[1];
+  Config config = Config::from_env();
+  Replicator repl(config);
+  const int processes = repl.num_replicas() / repl.num_local_replicas();
+  const int rank = repl.run([](ReplicaContext& ctx) { return ctx.replica_id(); })[0] /
+                   repl.num_local_replicas();
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (scenario == "digest") return digest(repl);
+  if (scenario == "mismatch") return mismatch(repl);
+  if (scenario == "throw") return throw_in_step(repl);
+  if (scenario == "kill") return kill_one(repl, rank, processes);
+  std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
+  return 2;
+}
