@@ -34,6 +34,7 @@ class WorkerPool;
 class ReduceScratch;
 class Transport;
 struct ProcessLayout;
+struct ReplicatorInternals;
 
 // A non-owning reference to a callable taking ReplicaContext&.
 struct StepRef {
@@ -126,6 +127,7 @@ class Replicator {
   }
 
  private:
+  friend struct detail::ReplicatorInternals;
   template <typename F>
   static detail::StepRef ref(F& f) {
     return {&f, [](void* o, ReplicaContext& ctx) { (*static_cast<F*>(o))(ctx); }};
