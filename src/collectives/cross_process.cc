@@ -203,6 +203,22 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
   const auto divisor = static_cast<std::size_t>(layout.replicas());
   const bool small = static_cast<std::size_t>(layout.max_subtrees) * row <= kFramePayload;
 
+  // When one buffer holds the whole slice, results land straight in the buffers, and a
+  // single-replica subtree's partials are that replica's buffer itself (where the
+  // accumulator is the element type): no copies beyond what the reduction needs.
+  std::size_t seg = 0;
+  std::uint64_t seg_base = 0;
+  bool single = false;
+  for (std::uint64_t base = 0; seg < buffers.size(); base += buffers[seg++].count) {
+    if (lo >= base && hi <= base + buffers[seg].count) {
+      single = hi > lo;
+      seg_base = base;
+      break;
+    }
+  }
+  const bool alias_rows =
+      single && partial_size(buffers[seg].dtype, op) == dtype_size(buffers[seg].dtype);
+
   // Arena: my partial rows | received partial rows | result row (elements).
   const std::size_t rows_bytes = mine.size() * row;
   std::size_t recv_bytes = 0;
@@ -211,13 +227,19 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
       if (q != rank) recv_bytes += layout.subtrees[static_cast<std::size_t>(q)].size() * row;
     }
   }
-  const std::size_t result_bytes = small ? 0 : element_bytes(buffers, lo, hi);
-  std::byte* rows = lane.reserve(rows_bytes + recv_bytes + result_bytes);
-  std::byte* received = rows + rows_bytes;
+  const std::size_t result_bytes = small || single ? 0 : element_bytes(buffers, lo, hi);
+  std::byte* arena = lane.reserve(rows_bytes + recv_bytes + result_bytes);
+  std::byte* received = arena + rows_bytes;
   std::byte* result = received + recv_bytes;
 
   // (1) Partials over my subtrees, straight from the local replicas' buffers.
+  lane.rows.assign(mine.size(), nullptr);
   for (std::size_t b = 0; b < mine.size(); ++b) {
+    if (alias_rows && mine[b].size == 1) {
+      lane.rows[b] = element(p.of(mine[b].first - first_local).call.buffers[seg], lo - seg_base);
+      continue;
+    }
+    lane.rows[b] = arena + b * row;
     std::size_t offset = 0;
     for_each_piece(buffers, lo, hi, [&](std::size_t i, std::uint64_t at, std::uint64_t len,
                                         std::uint64_t) {
@@ -225,7 +247,7 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
       for (int r = mine[b].first; r < mine[b].first + mine[b].size; ++r) {
         lane.inputs.push_back(element(p.of(r - first_local).call.buffers[i], at));
       }
-      void* out = rows + b * row + offset;
+      void* out = lane.rows[b] + offset;
       tree_reduce({.op = op,
                    .dtype = buffers[i].dtype,
                    .inputs = lane.inputs.data(),
@@ -238,6 +260,11 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
       offset += len * partial_size(buffers[i].dtype, op);
     });
   }
+  // The local buffers at [at, at + len) of buffer i, as outputs.
+  const auto local_outputs = [&](std::size_t i, std::uint64_t at) {
+    lane.outputs.clear();
+    for (int l = 0; l < layout.local; ++l) lane.outputs.push_back(element(p.of(l).call.buffers[i], at));
+  };
 
   // Combines everyone's partials of [a, b) (at byte `offset` of a row; others' rows from
   // `row_of(q, b)`) into `outputs_of(piece)`.
@@ -271,18 +298,17 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
   };
 
   if (small) {
-    const std::byte* frames = exchange_frames(p, layout, lane, deadline, rows, rows_bytes);
+    // The frame carries my rows (gathered into the arena if some alias a buffer).
+    for (std::size_t b = 0; b < mine.size(); ++b) {
+      if (lane.rows[b] != arena + b * row && row > 0) std::memcpy(arena + b * row, lane.rows[b], row);
+    }
+    const std::byte* frames = exchange_frames(p, layout, lane, deadline, arena, rows_bytes);
     combine(
         lo, hi,
         [&](int q, std::size_t t) -> const std::byte* {
-          return (q == rank ? rows : payload_of(frames, q)) + t * row;
+          return (q == rank ? arena : payload_of(frames, q)) + t * row;
         },
-        [&](std::size_t i, std::uint64_t at, std::uint64_t) {
-          lane.outputs.clear();
-          for (int l = 0; l < layout.local; ++l) {
-            lane.outputs.push_back(element(p.of(l).call.buffers[i], at));
-          }
-        });
+        [&](std::size_t i, std::uint64_t at, std::uint64_t) { local_outputs(i, at); });
     return;
   }
   exchange_frames(p, layout, lane, deadline, nullptr, 0);
@@ -303,7 +329,7 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
     const auto [a, b] = part(q);
     const std::size_t off = partial_bytes(buffers, lo, a, op);
     const std::size_t bytes = partial_bytes(buffers, a, b, op);
-    for (std::size_t t = 0; t < mine.size(); ++t) lane.sends.push_back({q, rows + t * row + off, bytes});
+    for (std::size_t t = 0; t < mine.size(); ++t) lane.sends.push_back({q, lane.rows[t] + off, bytes});
     for (std::size_t t = 0; t < layout.subtrees[static_cast<std::size_t>(q)].size(); ++t) {
       lane.recvs.push_back({q, cursor, my_part_bytes});
       cursor += my_part_bytes;
@@ -311,12 +337,13 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
   }
   exchange(layout, p.me, lane.sends, lane.recvs, deadline, d);
 
-  // (3) Combine my part; its result goes to the result row.
+  // (3) Combine my part; its result goes to the local buffers (one buffer) or the result
+  // row (several).
   const std::size_t my_result_offset = element_bytes(buffers, lo, my_a);
   combine(
       my_a, my_b,
       [&](int q, std::size_t t) -> const std::byte* {
-        if (q == rank) return rows + t * row + my_part_offset;
+        if (q == rank) return lane.rows[t] + my_part_offset;
         // Received rows are stored process by process, subtree by subtree.
         std::size_t index = 0;
         for (int k = 0; k < q; ++k) {
@@ -324,22 +351,39 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
         }
         return received + (index + t) * my_part_bytes;
       },
-      [&](std::size_t, std::uint64_t, std::uint64_t from_a) {
+      [&](std::size_t i, std::uint64_t at, std::uint64_t from_a) {
+        if (single) return local_outputs(i, at);
         lane.outputs.clear();
         lane.outputs.push_back(result + my_result_offset +
                                element_bytes(buffers, my_a, my_a + from_a));
       });
 
+  // The other parts' results: into local buffer 0 (one buffer) or the result row.
+  std::byte* const results =
+      single ? element(p.of(0).call.buffers[seg], lo - seg_base) : result;
   lane.sends.clear();
   lane.recvs.clear();
   const std::size_t my_result_bytes = element_bytes(buffers, my_a, my_b);
   for (int q = 0; q < P; ++q) {
     if (q == rank) continue;
     const auto [a, b] = part(q);
-    lane.sends.push_back({q, result + my_result_offset, my_result_bytes});
-    lane.recvs.push_back({q, result + element_bytes(buffers, lo, a), element_bytes(buffers, a, b)});
+    lane.sends.push_back({q, results + my_result_offset, my_result_bytes});
+    lane.recvs.push_back({q, results + element_bytes(buffers, lo, a), element_bytes(buffers, a, b)});
   }
   exchange(layout, p.me, lane.sends, lane.recvs, deadline, d);
+  if (single) {
+    // Local buffer 0 holds the whole slice now; the others lack the other parts.
+    for (int q = 0; q < P; ++q) {
+      if (q == rank) continue;
+      const auto [a, b] = part(q);
+      for (int l = 1; l < layout.local; ++l) {
+        std::memcpy(element(p.of(l).call.buffers[seg], a - seg_base),
+                    element(p.of(0).call.buffers[seg], a - seg_base),
+                    element_bytes(buffers, a, b));
+      }
+    }
+    return;
+  }
 
   // (4) The slice's result into every local buffer.
   std::size_t offset = 0;

@@ -59,6 +59,7 @@ struct LaneScratch {
   std::vector<const void*> inputs;
   std::vector<void*> outputs;
   std::vector<int> sizes;
+  std::vector<std::byte*> rows;  // this process's partial rows, by subtree
 
   std::byte* reserve(std::size_t bytes);  // arena of at least `bytes`
 };
