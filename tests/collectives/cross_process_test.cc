@@ -242,5 +242,31 @@ TEST(CrossProcessTest, StepFailureInOneProcessReleasesTheOthers) {
   for (const auto& e : errors) EXPECT_TRUE(e);
 }
 
+TEST(CrossProcessTest, TimeoutNamesTheReplicasOfTheLateProcess) {
+  std::atomic<int> timeouts{0};
+  const auto errors = run_processes(
+      2, 2,
+      [&](ReplicaContext& ctx) {
+        if (ctx.replica_id() >= 2) {
+          // Process 1 is late; released by the abort of process 0 once that times out.
+          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        }
+        std::vector<float> v(10, 1.f);
+        try {
+          ctx.all_reduce(v, {.timeout = std::chrono::milliseconds(200)});
+        } catch (const Timeout& e) {
+          if (ctx.replica_id() < 2) {
+            EXPECT_EQ(e.missing(), (std::vector<int>{2, 3})) << e.what();
+            EXPECT_NE(std::string(e.what()).find("process 1 (replicas 2-3)"), std::string::npos)
+                << e.what();
+            ++timeouts;
+          }
+          throw;
+        }
+      });
+  EXPECT_GE(timeouts.load(), 1);
+  for (const auto& e : errors) EXPECT_TRUE(e);
+}
+
 }  // namespace
 }  // namespace replicator
