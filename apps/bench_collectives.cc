@@ -1,25 +1,47 @@
-// `replicator bench collectives`: time every collective of the local engine over a range of
-// sizes, nccl-tests style, beside the machine's own memory copy bandwidth measured in the
-// same run.
+// `replicator bench collectives`: time every collective over a range of sizes, nccl-tests
+// style, on the local engine or across processes (mpi, gloo), beside the machine's own memory
+// copy bandwidth measured in the same run and, for all_reduce across processes, the engine's
+// own all-reduce (MPI_Allreduce, gloo::allreduce) measured in the same run.
+//
+// Engines. --engine defaults to what Config::from_env() picks: mpi under mpirun, gloo under
+// `replicator launch`, local otherwise; an --engine that contradicts it is an error. With P
+// processes of L = --replicas local replicas each, R = P·L; only process 0 prints, every
+// process takes part in every measurement. Without --replicas, L is 2 on the local engine
+// (as before) and REPLICATOR_LOCAL_REPLICAS (`replicator launch --local-replicas`) or 1
+// across processes.
 //
 // Method. Each replica allocates ONE arena (two regions of --max-bytes) on its own thread
 // and faults every page in, before anything is timed; every size and collective reuses it.
 // One measurement is one Replicator::run: every replica issues `warmup` calls, a barrier,
-// then times `iters` calls with steady_clock; the per-call time is the max over replicas of
-// elapsed / iters. A row reports the median of `repeats` measurements. Without --iters, the
-// count is chosen so that a measurement lasts about 0.1 s (5 to 1000 calls).
+// then times `iters` calls with steady_clock; the per-call time is the max over ALL replicas
+// (of all processes: an all_reduce kMax inside the step) of elapsed / iters. A row reports
+// the median of `repeats` measurements. Without --iters, the count is chosen so that a
+// measurement lasts about 0.1 s (5 to 1000 calls); every process gets the same count.
+//
+// Native rows ("mpi-native", "gloo-native"; all_reduce with --dtype f32 --op sum only; off
+// with --no-native): right after each all_reduce row, the engine's own in-place all-reduce
+// of the same buffer (replica 0's arena), run by the main thread of each process outside any
+// Replicator::run, with the same warmup, iters and repeats: per repeat, `warmup` calls, a
+// one-element native all-reduce as barrier, `iters` timed calls; each repeat's per-call time
+// is the max over processes (combined afterwards by one all_reduce kMax step), and the row is
+// their median. Its replicas are the P processes (busbw with n = P). The table adds the ratio
+// ours/native busbw on that row (JSON: busbw_ours_over_native).
 //
 // --check adds an untimed pass of `iters` calls after the timed ones: before each call
-// every replica writes inputs that depend on its id and on the iteration (and poisons the
-// output), after it checks every element of its output against a closed form. Inputs are
-// small integers, so sums and products are exact in every dtype and order.
+// every replica writes inputs that depend on its (global) id and on the iteration (and
+// poisons the output), after it checks every element of its output against a closed form
+// over R replicas. Inputs are small integers, so sums and products are exact in every dtype
+// and order. A failure is counted over all processes; each process describes its own.
 //
 // Reporting (DESIGN.md "Reporting"): bytes is the per-replica buffer S (all_gather: the
 // whole output; reduce_scatter: the whole input; all_to_all and permute: the input);
 // count = bytes / element size; algbw = bytes / time; busbw = algbw times 2(R-1)/R for
 // all_reduce, (R-1)/R for all_gather, reduce_scatter and all_to_all, 1 for broadcast and
-// permute. traffic_bytes is what an in-process implementation must at least read plus
-// write, and mem_fraction = traffic_bytes / time / copy bandwidth.
+// permute. traffic_bytes is what an in-process implementation of R replicas must at least
+// read plus write, and mem_fraction = traffic_bytes / time / copy bandwidth (meaningful when
+// all processes share one machine). The copy bandwidth is measured with min(R, cores)
+// threads: on the local engine before the replica threads start; across processes by
+// process 0 while the others wait in a barrier.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
@@ -27,6 +49,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -36,10 +59,12 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "bench/memory_bandwidth.h"
 #include "replicator/replicator.h"
+#include "src/core/replicator_internal.h"
 
 namespace replicator::apps {
 
@@ -285,7 +310,13 @@ void verify_periodic(const T* p, std::size_t n, const Table<T>& table, std::size
 // ---- the benchmark ---------------------------------------------------------------------
 
 struct Settings {
-  int replicas = 2;
+  std::string engine = "local";  // what carries bytes between processes
+  int processes = 1;             // P
+  int local_replicas = 2;        // L
+  int replicas = 2;              // R = P x L
+  int rank = 0;                  // this process; only process 0 prints
+  // Measure the engine's own all-reduce beside ours (mpi or gloo, f32 sum).
+  detail::Transport* native = nullptr;
   std::vector<std::uint64_t> sizes;
   std::optional<int> iters;
   int warmup = 5;
@@ -297,6 +328,9 @@ struct Settings {
   bool json = false;
   double copy_gbps = 0;
   std::size_t output_offset = 0;  // where the second region of each arena starts
+
+  bool across_processes() const { return engine != "local"; }
+  bool prints() const { return rank == 0; }
 };
 
 struct Row {
@@ -308,26 +342,48 @@ struct Row {
   double min_seconds = 0;
   double max_seconds = 0;
   std::optional<bool> check_ok;
+  // A row of the engine's own all-reduce ("<engine>-native"): its replicas are the P
+  // processes; `ours_busbw` is our busbw at the same size, for the ratio.
+  bool native = false;
+  double ours_busbw = 0;
 };
 
+double busbw_of(const Settings& s, const Row& row) {
+  const int r = row.native ? s.processes : s.replicas;
+  const double algbw = row.bytes ? static_cast<double>(row.bytes) / row.seconds / 1e9 : 0.0;
+  return algbw * bus_factor(row.kind, r);
+}
+
 void print_header(const Settings& s) {
-  std::printf("#%15s %12s %12s %6s %12s %11s %11s %12s%s\n", "collective", "bytes", "count",
-              "iters", "time_us", "algbw_GB/s", "busbw_GB/s", "mem_fraction",
-              s.check ? "  check" : "");
+  if (!s.across_processes()) {
+    std::printf("#%15s %12s %12s %6s %12s %11s %11s %12s%s\n", "collective", "bytes", "count",
+                "iters", "time_us", "algbw_GB/s", "busbw_GB/s", "mem_fraction",
+                s.check ? "  check" : "");
+    return;
+  }
+  std::printf("#%11s %15s %12s %12s %6s %12s %11s %11s %12s%s%s\n", "engine", "collective", "bytes",
+              "count", "iters", "time_us", "algbw_GB/s", "busbw_GB/s", "mem_fraction",
+              s.check ? "  check" : "", s.native ? "  ours/native_busbw" : "");
 }
 
 void print_row(const Settings& s, const Row& row) {
-  const int r = s.replicas;
+  if (!s.prints()) return;
+  const int r = row.native ? s.processes : s.replicas;
+  const std::string engine = row.native ? s.engine + "-native" : s.engine;
   const double algbw = row.bytes ? static_cast<double>(row.bytes) / row.seconds / 1e9 : 0.0;
   const double busbw = algbw * bus_factor(row.kind, r);
   const double traffic = traffic_bytes(row.kind, r, static_cast<double>(row.bytes));
   const double mem_fraction = traffic / row.seconds / 1e9 / s.copy_gbps;
   const char* check = !row.check_ok ? "-" : *row.check_ok ? "ok" : "FAIL";
+  const bool has_ratio = row.native && busbw > 0;  // ours / native busbw
+  const double ratio = has_ratio ? row.ours_busbw / busbw : 0.0;
   if (s.json) {
     Json j;
     j["type"] = "collective";
     j["collective"] = name_of(row.kind);
-    j["engine"] = "local";
+    j["engine"] = engine;
+    j["processes"] = s.processes;
+    j["local_replicas"] = row.native ? 1 : s.local_replicas;
     j["replicas"] = r;
     j["dtype"] = std::string(to_string(s.dtype));
     j["op"] = reduces(row.kind) ? std::string(to_string(s.op)) : "none";
@@ -349,12 +405,42 @@ void print_row(const Settings& s, const Row& row) {
     } else {
       j["check"] = nullptr;
     }
+    if (row.native) {
+      if (has_ratio) {
+        j["busbw_ours_over_native"] = ratio;
+      } else {
+        j["busbw_ours_over_native"] = nullptr;
+      }
+    }
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf(" %15s %12llu %12llu %6d %12.2f %11.3f %11.3f %12.3f%s%s\n", name_of(row.kind),
+    if (s.across_processes()) std::printf(" %11s", engine.c_str());
+    std::printf(" %15s %12llu %12llu %6d %12.2f %11.3f %11.3f %12.3f%s%s", name_of(row.kind),
                 static_cast<unsigned long long>(row.bytes),
                 static_cast<unsigned long long>(row.count), row.iters, row.seconds * 1e6, algbw,
                 busbw, mem_fraction, s.check ? "  " : "", s.check ? check : "");
+    if (s.across_processes() && s.native) {
+      if (has_ratio) {
+        std::printf("  %18.3f", ratio);
+      } else {
+        std::printf("  %18s", "-");
+      }
+    }
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+}
+
+// A line for the reader: "# ..." in the table, {"type": "note"} in JSON. Process 0 only.
+void print_note(const Settings& s, const std::string& text) {
+  if (!s.prints()) return;
+  if (s.json) {
+    Json j;
+    j["type"] = "note";
+    j["text"] = text;
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("# note: %s\n", text.c_str());
   }
   std::fflush(stdout);
 }
@@ -447,9 +533,13 @@ class CollectiveBench {
       const auto start = std::chrono::steady_clock::now();
       for (int i = 0; i < iters; ++i) issue(ctx, kind, a, b, count);
       const auto stop = std::chrono::steady_clock::now();
-      return std::chrono::duration<double>(stop - start).count() / iters;
+      // The max over every replica of every process, so that all processes agree on it
+      // (and so on the adaptive iteration count).
+      double seconds = std::chrono::duration<double>(stop - start).count() / iters;
+      ctx.all_reduce(std::span<double>(&seconds, 1), {.op = ReduceOp::kMax});
+      return seconds;
     });
-    return std::max(*std::max_element(per_call.begin(), per_call.end()), 1e-9);
+    return std::max(per_call[0], 1e-9);
   }
 
   // Enough calls for a measurement of about 0.1 s, at least 5 and at most 1000: one call,
@@ -471,7 +561,7 @@ class CollectiveBench {
     for (int rep = 0; rep < s_.repeats; ++rep) {
       times.push_back(timed_run(kind, count, s_.warmup, row.iters));
       const double left = times.back() * (s_.warmup + row.iters) * (s_.repeats - rep - 1);
-      if (rep == 0 && left > 2.0) {
+      if (rep == 0 && left > 2.0 && s_.prints()) {
         std::fprintf(stderr, "[bench] %s %s: %d iterations x %d repeats, about %.0f s more\n",
                      name_of(kind), human_bytes(static_cast<double>(row.bytes)).c_str(), row.iters,
                      s_.repeats, left);
@@ -481,21 +571,64 @@ class CollectiveBench {
     row.min_seconds = *std::min_element(times.begin(), times.end());
     row.max_seconds = *std::max_element(times.begin(), times.end());
     if (s_.check && kind != Kind::kBarrier) {
-      const CheckResult result = check(kind, count, row.iters);
-      row.check_ok = result.wrong == 0;
-      if (result.wrong) {
+      const auto [result, wrong_everywhere] = check(kind, count, row.iters);
+      row.check_ok = wrong_everywhere == 0;
+      if (result.wrong) {  // each process describes its own failures
         const std::string what = std::string(to_string(s_.dtype)) +
                                  (reduces(kind) ? ", op " + std::string(to_string(s_.op)) : "");
+        const std::string where = s_.across_processes()
+                                      ? " (process " + std::to_string(s_.rank) + " of " +
+                                            std::to_string(s_.processes) + ")"
+                                      : std::string();
         std::fprintf(stderr,
-                     "check FAILED: %s (%s) of %llu bytes on %d replicas: %llu wrong elements; "
+                     "check FAILED: %s (%s) of %llu bytes on %d replicas%s: %llu wrong elements; "
                      "first: %s\n",
                      name_of(kind), what.c_str(), static_cast<unsigned long long>(row.bytes),
-                     s_.replicas, static_cast<unsigned long long>(result.wrong),
+                     s_.replicas, where.c_str(), static_cast<unsigned long long>(result.wrong),
                      result.first.c_str());
       }
     }
     print_row(s_, row);
+    if (kind == Kind::kAllReduce && s_.native != nullptr) {
+      if constexpr (std::is_same_v<T, float>) measure_native(count, row);
+    }
     return row.check_ok.value_or(true);
+  }
+
+  // The engine's own all-reduce of `count` floats (in place, sum) on the main thread of
+  // each process, with ours' warmup, iters and repeats; printed right after ours.
+  void measure_native(std::size_t count, const Row& ours) {
+    detail::Transport& transport = *s_.native;
+    auto* data = reinterpret_cast<float*>(arenas_[0].data());  // replica 0's, pre-faulted
+    float token = 0;
+    std::vector<double> times;
+    for (int rep = 0; rep < s_.repeats; ++rep) {
+      for (int i = 0; i < s_.warmup; ++i) transport.native_all_reduce_f32(data, count);
+      transport.native_all_reduce_f32(&token, 1);  // the barrier
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < ours.iters; ++i) transport.native_all_reduce_f32(data, count);
+      const auto stop = std::chrono::steady_clock::now();
+      times.push_back(
+          std::max(std::chrono::duration<double>(stop - start).count() / ours.iters, 1e-9));
+    }
+    // Each repeat's time: the max over processes (every local replica passes the same).
+    std::vector<double> slowest;
+    repl_.run([&](ReplicaContext& ctx) {
+      std::vector<double> mine = times;
+      ctx.all_reduce(std::span<double>(mine), {.op = ReduceOp::kMax});
+      if (ctx.local_replica_id() == 0) slowest = std::move(mine);
+    });
+    Row row;
+    row.kind = Kind::kAllReduce;
+    row.native = true;
+    row.bytes = ours.bytes;
+    row.count = ours.count;
+    row.iters = ours.iters;
+    row.seconds = median(slowest);
+    row.min_seconds = *std::min_element(slowest.begin(), slowest.end());
+    row.max_seconds = *std::max_element(slowest.begin(), slowest.end());
+    row.ours_busbw = busbw_of(s_, ours);
+    print_row(s_, row);
   }
 
   // The expected all_reduce result at iteration i: element k is expected[k % kPeriod].
@@ -523,8 +656,9 @@ class CollectiveBench {
     return expected;
   }
 
-  // Untimed: `iters` calls, each with fresh inputs, each output checked in full.
-  CheckResult check(Kind kind, std::size_t count, int iters) {
+  // Untimed: `iters` calls, each with fresh inputs, each output checked in full. Returns
+  // this process's failures and the number of wrong elements over all processes.
+  std::pair<CheckResult, std::uint64_t> check(Kind kind, std::size_t count, int iters) {
     const int n = s_.replicas;
     const std::size_t block = count / static_cast<std::size_t>(n);
     auto results = repl_.run([&](ReplicaContext& ctx) {
@@ -590,14 +724,16 @@ class CollectiveBench {
       // Back to zeros, so later timed runs see the same data as the first ones.
       std::fill(a, a + count, T{});
       if (needs_output(kind)) std::fill(b, b + count, T{});
-      return result;
+      auto everywhere = static_cast<std::int64_t>(result.wrong);
+      ctx.all_reduce(std::span<std::int64_t>(&everywhere, 1), {.op = ReduceOp::kSum});
+      return std::pair<CheckResult, std::int64_t>(std::move(result), everywhere);
     });
     CheckResult total;
-    for (const CheckResult& result : results) {
+    for (const auto& [result, everywhere] : results) {
       if (result.wrong && total.wrong == 0) total.first = result.first;
       total.wrong += result.wrong;
     }
-    return total;
+    return {total, static_cast<std::uint64_t>(results[0].second)};
   }
 
   Replicator& repl_;
@@ -617,7 +753,9 @@ bool run_typed(Replicator& repl, const Settings& s, PerReplica<PrefaultedBuffer>
 // ---- flags ---------------------------------------------------------------------------
 
 struct Flags {
+  std::string engine;  // empty: what Config::from_env() picks
   int replicas = 2;
+  CLI::Option* replicas_option = nullptr;
   std::string min_bytes = "4";
   std::string max_bytes = "256M";
   std::string copy_bytes = "256M";
@@ -631,6 +769,7 @@ struct Flags {
   std::vector<std::string> collectives;
   bool check = false;
   bool json = false;
+  bool no_native = false;
   std::string timeout;
 };
 
@@ -650,9 +789,39 @@ ReduceOp parse_op(const std::string& name) {
   throw ConfigError("--op must be one of sum, mean, min, max, prod, got '" + name + "'");
 }
 
+// Why the environment selects `engine`, for the error about a contradicting --engine.
+std::string engine_source(Engine engine) {
+  if (const char* value = std::getenv("REPLICATOR_ENGINE")) {
+    return "REPLICATOR_ENGINE=" + std::string(value) +
+           (engine == Engine::kGloo ? ", as `replicator launch` sets it" : "");
+  }
+  if (engine == Engine::kMpi) return "this process was started by mpirun or srun";
+  return "this process was started by neither mpirun nor `replicator launch`";
+}
+
+std::string engine_howto(const std::string& engine) {
+  if (engine == "mpi") {
+    return "start the processes with mpirun, e.g. `mpirun -np 2 replicator bench collectives ...`";
+  }
+  if (engine == "gloo") {
+    return "start the processes with the launcher, e.g. `replicator launch -n 2 -- replicator "
+           "bench collectives ...`";
+  }
+  return "run the command directly, without mpirun or `replicator launch`";
+}
+
+// The copy bandwidth, measured by process 0 while the others wait in a barrier (their
+// replicas nap in the transport), so that the processes do not share the memory bus.
+double measure_copy_bandwidth(Replicator& repl, const Settings& s, int threads,
+                              std::uint64_t copy_bytes) {
+  double gbps = 0;
+  if (s.rank == 0) gbps = bench::copy_bandwidth_gbps(threads, copy_bytes);
+  repl.run([](ReplicaContext& ctx) { ctx.barrier(); });
+  return gbps;
+}
+
 int run_bench_collectives(const Flags& f) {
   Settings s;
-  s.replicas = f.replicas;
   s.dtype = parse_dtype(f.dtype);
   s.op = parse_op(f.op);
   s.warmup = f.warmup;
@@ -662,7 +831,18 @@ int run_bench_collectives(const Flags& f) {
   if (f.iters_option->count() > 0) s.iters = f.iters;
 
   Config config = Config::from_env();
-  config.set("local-replicas", std::to_string(f.replicas));
+  const std::string picked(to_string(config.engine));
+  if (!f.engine.empty() && f.engine != picked) {
+    throw ConfigError("--engine " + f.engine + " contradicts the environment, which selects the " +
+                      picked + " engine (" + engine_source(config.engine) + "); for " + f.engine +
+                      ", " + engine_howto(f.engine) + "; or leave out --engine");
+  }
+  s.engine = picked;
+  // Local replicas: --replicas; without it, 2 on the local engine (as always), and across
+  // processes what the environment says (REPLICATOR_LOCAL_REPLICAS, or 1).
+  if (f.replicas_option->count() > 0 || !s.across_processes()) {
+    config.set("local-replicas", std::to_string(f.replicas));
+  }
   if (!f.timeout.empty()) config.set("timeout", f.timeout);
 
   const std::uint64_t min_bytes = parse_bytes(f.min_bytes, "--min-bytes");
@@ -690,20 +870,41 @@ int run_bench_collectives(const Flags& f) {
     }
   }
 
-  // The machine's own bandwidth, measured first, with the replica threads not yet started.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int copy_threads = std::min(s.replicas, cores);
-  s.copy_gbps = bench::copy_bandwidth_gbps(copy_threads, copy_bytes);
-  if (s.json) {
-    Json j;
-    j["type"] = "memory";
-    j["engine"] = "local";
-    j["kernel"] = "copy";
-    j["threads"] = copy_threads;
-    j["bytes_per_array"] = copy_bytes;
-    j["copy_gbps"] = s.copy_gbps;
-    std::printf("%s\n", j.dump().c_str());
+  std::optional<Replicator> repl;
+  int copy_threads = 0;
+  if (!s.across_processes()) {
+    s.local_replicas = s.replicas = config.local_replicas;
+    // The machine's own bandwidth, measured first, with the replica threads not yet started.
+    copy_threads = std::min(s.replicas, cores);
+    s.copy_gbps = bench::copy_bandwidth_gbps(copy_threads, copy_bytes);
+    repl.emplace(config);
   } else {
+    repl.emplace(config);
+    detail::Transport* transport = detail::ReplicatorInternals::transport(*repl);
+    s.local_replicas = repl->num_local_replicas();
+    s.replicas = repl->num_replicas();
+    s.processes = s.replicas / s.local_replicas;
+    s.rank = transport != nullptr ? transport->rank() : 0;
+    copy_threads = std::min(s.replicas, cores);
+    s.copy_gbps = measure_copy_bandwidth(*repl, s, copy_threads, copy_bytes);
+  }
+
+  if (s.json) {
+    if (s.prints()) {
+      Json j;
+      j["type"] = "memory";
+      j["engine"] = s.engine;
+      j["processes"] = s.processes;
+      j["local_replicas"] = s.local_replicas;
+      j["replicas"] = s.replicas;
+      j["kernel"] = "copy";
+      j["threads"] = copy_threads;
+      j["bytes_per_array"] = copy_bytes;
+      j["copy_gbps"] = s.copy_gbps;
+      std::printf("%s\n", j.dump().c_str());
+    }
+  } else if (!s.across_processes()) {
     std::printf(
         "# replicator bench collectives: engine local, %d replicas, dtype %s, op %s, "
         "warmup %d, repeats %d (median), iters %s\n",
@@ -714,10 +915,47 @@ int run_bench_collectives(const Flags& f) {
         "# memory copy bandwidth: %.2f GB/s (STREAM copy, %d threads, 2 x %s arrays, "
         "read + written, median of 7 passes)\n",
         s.copy_gbps, copy_threads, human_bytes(static_cast<double>(copy_bytes)).c_str());
+  } else if (s.prints()) {
+    std::printf(
+        "# replicator bench collectives: engine %s, %d processes x %d local replicas = %d "
+        "replicas, dtype %s, op %s, warmup %d, repeats %d (median), iters %s\n",
+        s.engine.c_str(), s.processes, s.local_replicas, s.replicas,
+        std::string(to_string(s.dtype)).c_str(), std::string(to_string(s.op)).c_str(), s.warmup,
+        s.repeats, s.iters ? std::to_string(*s.iters).c_str() : "adaptive (~0.1 s, 5..1000)");
+    std::printf("# time: per call, the max over all replicas of all processes\n");
+    std::printf(
+        "# memory copy bandwidth: %.2f GB/s (STREAM copy, %d threads, 2 x %s arrays, "
+        "read + written, median of 7 passes; process 0, the others waiting)\n",
+        s.copy_gbps, copy_threads, human_bytes(static_cast<double>(copy_bytes)).c_str());
   }
   std::fflush(stdout);
 
-  Replicator repl(config);
+  // The engine's own all-reduce beside ours: it only does f32 sums.
+  if (s.across_processes() &&
+      std::find(s.kinds.begin(), s.kinds.end(), Kind::kAllReduce) != s.kinds.end()) {
+    detail::Transport* transport = detail::ReplicatorInternals::transport(*repl);
+    const std::string native = s.engine + "-native";
+    if (f.no_native) {
+      print_note(s, native + " all-reduce not measured (--no-native)");
+    } else if (s.dtype != DType::kF32 || s.op != ReduceOp::kSum) {
+      print_note(s, native + " all-reduce not measured: it only does f32 sums (this run: --dtype " +
+                        std::string(to_string(s.dtype)) + " --op " + std::string(to_string(s.op)) +
+                        ")");
+    } else if (transport == nullptr) {
+      print_note(s, native + " all-reduce not measured: this job has no transport");
+    } else {
+      s.native = transport;
+      if (!s.json) {
+        print_note(s, native + " rows: the engine's own all-reduce (" +
+                          (s.engine == "mpi" ? std::string("MPI_Allreduce, MPI_IN_PLACE")
+                                             : std::string("gloo::allreduce")) +
+                          ", f32 sum) of the same buffer on one thread per process, outside any "
+                          "run; busbw with n = " +
+                          std::to_string(s.processes) + " processes");
+      }
+    }
+  }
+
   // One arena per replica for the whole run: region a (input, or in-place buffer) and,
   // if a selected collective has a separate output, region b.
   bool two_regions = false;
@@ -725,40 +963,44 @@ int run_bench_collectives(const Flags& f) {
   constexpr std::uint64_t kAlign = 4096;
   s.output_offset = (max_bytes + kAlign - 1) / kAlign * kAlign;
   const std::uint64_t arena_bytes = two_regions ? 2 * s.output_offset : s.output_offset;
-  const double total = static_cast<double>(arena_bytes) * s.replicas;
-  if (total >= 1024.0 * 1024 * 1024) {
-    std::fprintf(stderr, "[bench] allocating and faulting in %d x %s of buffers\n", s.replicas,
-                 human_bytes(static_cast<double>(arena_bytes)).c_str());
+  const double total = static_cast<double>(arena_bytes) * s.local_replicas;
+  if (total >= 1024.0 * 1024 * 1024 && s.prints()) {
+    std::fprintf(stderr, "[bench] allocating and faulting in %d x %s of buffers%s\n",
+                 s.local_replicas, human_bytes(static_cast<double>(arena_bytes)).c_str(),
+                 s.across_processes() ? " per process" : "");
   }
-  auto arenas = repl.per_replica([&] { return PrefaultedBuffer(arena_bytes); });
+  auto arenas = repl->per_replica([&] { return PrefaultedBuffer(arena_bytes); });
 
-  if (!s.json) print_header(s);
+  if (!s.json && s.prints()) print_header(s);
   bool ok = true;
   switch (s.dtype) {
     case DType::kF32:
-      ok = run_typed<float>(repl, s, arenas);
+      ok = run_typed<float>(*repl, s, arenas);
       break;
     case DType::kF64:
-      ok = run_typed<double>(repl, s, arenas);
+      ok = run_typed<double>(*repl, s, arenas);
       break;
     case DType::kBF16:
-      ok = run_typed<bfloat16>(repl, s, arenas);
+      ok = run_typed<bfloat16>(*repl, s, arenas);
       break;
     case DType::kF16:
-      ok = run_typed<float16>(repl, s, arenas);
+      ok = run_typed<float16>(*repl, s, arenas);
       break;
     case DType::kI32:
-      ok = run_typed<std::int32_t>(repl, s, arenas);
+      ok = run_typed<std::int32_t>(*repl, s, arenas);
       break;
     case DType::kI64:
-      ok = run_typed<std::int64_t>(repl, s, arenas);
+      ok = run_typed<std::int64_t>(*repl, s, arenas);
       break;
     case DType::kU8:
-      ok = run_typed<std::uint8_t>(repl, s, arenas);
+      ok = run_typed<std::uint8_t>(*repl, s, arenas);
       break;
   }
   if (!ok) {
-    std::fprintf(stderr, "replicator bench collectives: --check found wrong results (see above)\n");
+    if (s.prints()) {
+      std::fprintf(stderr,
+                   "replicator bench collectives: --check found wrong results (see above)\n");
+    }
     return 1;
   }
   return 0;
@@ -769,10 +1011,18 @@ int run_bench_collectives(const Flags& f) {
 Command add_bench_collectives(CLI::App& bench) {
   auto flags = std::make_shared<Flags>();
   CLI::App* app = bench.add_subcommand(
-      "collectives", "Time every collective of the local engine over a range of sizes");
-  app->add_option("--replicas", flags->replicas, "Replicas (threads) in this process")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
+      "collectives",
+      "Time every collective over a range of sizes, on the local engine or across processes "
+      "(under mpirun or replicator launch)");
+  app->add_option("--engine", flags->engine,
+                  "local, mpi or gloo (default: mpi under mpirun, gloo under replicator "
+                  "launch, else local); must agree with how the processes were started")
+      ->check(CLI::IsMember({"local", "mpi", "gloo"}));
+  flags->replicas_option =
+      app->add_option("--replicas", flags->replicas,
+                      "Local replicas (threads) per process (default: 2 on the local engine; "
+                      "across processes REPLICATOR_LOCAL_REPLICAS, or 1)")
+          ->check(CLI::Range(1, 4096));
   app->add_option("--min-bytes", flags->min_bytes, "Smallest size (suffixes K, M, G)")
       ->capture_default_str();
   app->add_option("--max-bytes", flags->max_bytes, "Largest size (suffixes K, M, G)")
@@ -808,6 +1058,8 @@ Command add_bench_collectives(CLI::App& bench) {
   app->add_flag("--check", flags->check,
                 "Verify every element of every call of an extra untimed pass; exit 1 on error");
   app->add_flag("--json", flags->json, "One JSON object per line instead of the table");
+  app->add_flag("--no-native", flags->no_native,
+                "Across processes, do not also time the engine's own all-reduce");
   app->add_option("--timeout", flags->timeout, "Deadline of every collective, e.g. 30s");
   return {app, [flags] { return run_bench_collectives(*flags); }};
 }

@@ -7,6 +7,9 @@
 #
 # BUILD_DIR (default ./build) holds the `replicator` and `mpi_allreduce_bench` programs.
 # Exits non-zero if either benchmark fails. Needs python3 (standard library only).
+#
+# Across processes (our mpi and gloo engines vs MPI_Allreduce and gloo::allreduce measured in
+# the same runs, and P x L layouts): bench/compare_engines.sh.
 set -euo pipefail
 
 build_dir="${BUILD_DIR:-./build}"
