@@ -12,6 +12,8 @@ namespace {
 
 // Frames are fixed-size so that two processes that disagree about a collective still
 // exchange well-formed messages and can say what each called.
+// 256 bytes, four cache lines: what a small all-reduce costs is mostly the lines that
+// cross between cores, so the frame is kept small (up to 192 bytes of partials ride in it).
 constexpr std::size_t kFrameBytes = 256;
 constexpr std::size_t kHeaderBytes = 64;
 constexpr std::size_t kFramePayload = kFrameBytes - kHeaderBytes;

@@ -50,7 +50,9 @@ constexpr std::size_t kMaxAbortText = 4096;
 
 // Polling schedule of exchange(): spin, then yield, then nap.
 constexpr auto kSpin = std::chrono::microseconds(20);
-constexpr auto kYield = std::chrono::milliseconds(2);
+// The receiver's MPI copies the data inside MPI_Testall, so a nap stalls a large transfer:
+// yield (which keeps it moving) for long, nap only once the wait is clearly not a copy.
+constexpr auto kYield = std::chrono::milliseconds(50);
 constexpr auto kNap = std::chrono::microseconds(50);
 constexpr std::uint32_t kClockEvery = 16;     // polls between clock reads while spinning
 constexpr std::uint32_t kControlEvery = 256;  // polls between probes for abort notices
