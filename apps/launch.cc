@@ -223,6 +223,7 @@ std::vector<std::string> Launcher::environment(int rank) const {
     ours.emplace_back("REPLICATOR_LOCAL_REPLICAS", std::to_string(*flags_.local_replicas));
   }
   if (!flags_.host.empty()) ours.emplace_back("REPLICATOR_HOST", flags_.host);
+  ours.emplace_back("REPLICATOR_HOST_PROCESSES", std::to_string(flags_.processes));
   if (!job_.empty()) ours.emplace_back("REPLICATOR_JOB", job_);
 
   std::vector<std::string> env;

@@ -33,9 +33,12 @@ struct Config {
   std::string job = "replicator";
   // Default deadline of every blocking call; a call's own `timeout` option overrides it.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
-  // How long a replica waiting for its peers spins before it parks on a futex. When
-  // there are more replicas than cores, waiting replicas yield instead of spinning.
+  // How long a replica waiting for its peers spins before it parks on a futex. When the
+  // host has more replica threads than cores (local_replicas x host_processes), waiting
+  // replicas yield instead of spinning.
   std::chrono::microseconds spin{50};
+  // Processes of this job on this host (mpirun tells it; `replicator launch` sets it).
+  int host_processes = 1;
 
   // Defaults overridden by REPLICATOR_<OPTION> for every option of `options()`
   // (REPLICATOR_LOCAL_REPLICAS, REPLICATOR_TIMEOUT such as "30s", REPLICATOR_ENGINE,
@@ -45,8 +48,8 @@ struct Config {
   // the bad value.
   static Config from_env();
 
-  // Sets one option by name ("local-replicas", "timeout", "spin", "engine", "rank",
-  // "world-size", "store", "host", "job") from its text form. Throws ConfigError for an
+  // Sets one option by name ("local-replicas", "timeout", "spin", "host-processes",
+  // "engine", "rank", "world-size", "store", "host", "job") from its text form. Throws ConfigError for an
   // unknown name or an invalid value.
   void set(std::string_view name, std::string_view value);
 

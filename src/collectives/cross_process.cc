@@ -315,64 +315,91 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
   }
   exchange_frames(p, layout, lane, deadline, nullptr, 0);
 
-  // (2) Partials of part q go to process q.
+  // (2)-(3) Pipelined in chunks: exchange step s carries every process's partials of
+  // chunk s of each part and the owners' results of chunk s - 1; between steps the owner
+  // combines chunk s of its part while the received data is still in cache.
   const auto part = [&](int q) {
     const auto [a, b] = slice_of(hi - lo, q, P);
     return std::pair<std::uint64_t, std::uint64_t>{lo + a, lo + b};
   };
-  const auto [my_a, my_b] = part(rank);
-  const std::size_t my_part_offset = partial_bytes(buffers, lo, my_a, op);
-  const std::size_t my_part_bytes = partial_bytes(buffers, my_a, my_b, op);
-  lane.sends.clear();
-  lane.recvs.clear();
-  std::byte* cursor = received;
-  for (int q = 0; q < P; ++q) {
-    if (q == rank) continue;
+  constexpr std::uint64_t kChunk = 256 * 1024;  // elements
+  const auto chunk = [&](int q, std::uint64_t k) {
     const auto [a, b] = part(q);
-    const std::size_t off = partial_bytes(buffers, lo, a, op);
-    const std::size_t bytes = partial_bytes(buffers, a, b, op);
-    for (std::size_t t = 0; t < mine.size(); ++t) lane.sends.push_back({q, lane.rows[t] + off, bytes});
-    for (std::size_t t = 0; t < layout.subtrees[static_cast<std::size_t>(q)].size(); ++t) {
-      lane.recvs.push_back({q, cursor, my_part_bytes});
-      cursor += my_part_bytes;
-    }
+    const std::uint64_t ca = std::min(b, a + k * kChunk);
+    return std::pair<std::uint64_t, std::uint64_t>{ca, std::min(b, ca + kChunk)};
+  };
+  std::uint64_t steps = 0;
+  for (int q = 0; q < P; ++q) {
+    const auto [a, b] = part(q);
+    steps = std::max(steps, (b - a + kChunk - 1) / kChunk);
   }
-  exchange(layout, p.me, lane.sends, lane.recvs, deadline, d);
-
-  // (3) Combine my part; its result goes to the local buffers (one buffer) or the result
-  // row (several).
-  const std::size_t my_result_offset = element_bytes(buffers, lo, my_a);
-  combine(
-      my_a, my_b,
-      [&](int q, std::size_t t) -> const std::byte* {
-        if (q == rank) return lane.rows[t] + my_part_offset;
-        // Received rows are stored process by process, subtree by subtree.
-        std::size_t index = 0;
-        for (int k = 0; k < q; ++k) {
-          if (k != rank) index += layout.subtrees[static_cast<std::size_t>(k)].size();
-        }
-        return received + (index + t) * my_part_bytes;
-      },
-      [&](std::size_t i, std::uint64_t at, std::uint64_t from_a) {
-        if (single) return local_outputs(i, at);
-        lane.outputs.clear();
-        lane.outputs.push_back(result + my_result_offset +
-                               element_bytes(buffers, my_a, my_a + from_a));
-      });
-
-  // The other parts' results: into local buffer 0 (one buffer) or the result row.
+  const auto [my_a, my_b] = part(rank);
+  const std::size_t my_part_bytes = partial_bytes(buffers, my_a, my_b, op);
+  // Received rows are stored process by process, subtree by subtree, each a whole part.
+  const auto received_row = [&](int q, std::size_t t) {
+    std::size_t index = 0;
+    for (int k = 0; k < q; ++k) {
+      if (k != rank) index += layout.subtrees[static_cast<std::size_t>(k)].size();
+    }
+    return received + (index + t) * my_part_bytes;
+  };
+  // Results: into local buffer 0 (one buffer) or the result row (several).
   std::byte* const results =
       single ? element(p.of(0).call.buffers[seg], lo - seg_base) : result;
-  lane.sends.clear();
-  lane.recvs.clear();
-  const std::size_t my_result_bytes = element_bytes(buffers, my_a, my_b);
-  for (int q = 0; q < P; ++q) {
-    if (q == rank) continue;
-    const auto [a, b] = part(q);
-    lane.sends.push_back({q, results + my_result_offset, my_result_bytes});
-    lane.recvs.push_back({q, results + element_bytes(buffers, lo, a), element_bytes(buffers, a, b)});
+  for (std::uint64_t step = 0; step <= steps; ++step) {
+    lane.sends.clear();
+    lane.recvs.clear();
+    for (int q = 0; q < P; ++q) {
+      if (q == rank) continue;
+      if (step < steps) {
+        const auto [ca, cb] = chunk(q, step);
+        if (cb > ca) {
+          const std::size_t off = partial_bytes(buffers, lo, ca, op);
+          const std::size_t bytes = partial_bytes(buffers, ca, cb, op);
+          for (std::size_t t = 0; t < mine.size(); ++t) {
+            lane.sends.push_back({q, lane.rows[t] + off, bytes});
+          }
+        }
+        const auto [ma, mb] = chunk(rank, step);
+        if (mb > ma) {
+          const std::size_t off = partial_bytes(buffers, my_a, ma, op);
+          const std::size_t bytes = partial_bytes(buffers, ma, mb, op);
+          for (std::size_t t = 0; t < layout.subtrees[static_cast<std::size_t>(q)].size(); ++t) {
+            lane.recvs.push_back({q, received_row(q, t) + off, bytes});
+          }
+        }
+      }
+      if (step > 0) {
+        const auto [ma, mb] = chunk(rank, step - 1);
+        if (mb > ma) {
+          lane.sends.push_back(
+              {q, results + element_bytes(buffers, lo, ma), element_bytes(buffers, ma, mb)});
+        }
+        const auto [ca, cb] = chunk(q, step - 1);
+        if (cb > ca) {
+          lane.recvs.push_back(
+              {q, results + element_bytes(buffers, lo, ca), element_bytes(buffers, ca, cb)});
+        }
+      }
+    }
+    exchange(layout, p.me, lane.sends, lane.recvs, deadline, d);
+    if (step == steps) break;
+    const auto [ma, mb] = chunk(rank, step);
+    if (mb <= ma) continue;
+    const std::size_t own_offset = partial_bytes(buffers, lo, ma, op);
+    const std::size_t received_offset = partial_bytes(buffers, my_a, ma, op);
+    const std::size_t result_offset = element_bytes(buffers, lo, ma);
+    combine(
+        ma, mb,
+        [&](int q, std::size_t t) -> const std::byte* {
+          return q == rank ? lane.rows[t] + own_offset : received_row(q, t) + received_offset;
+        },
+        [&](std::size_t i, std::uint64_t at, std::uint64_t from_a) {
+          if (single) return local_outputs(i, at);
+          lane.outputs.clear();
+          lane.outputs.push_back(result + result_offset + element_bytes(buffers, ma, ma + from_a));
+        });
   }
-  exchange(layout, p.me, lane.sends, lane.recvs, deadline, d);
   if (single) {
     // Local buffer 0 holds the whole slice now; the others lack the other parts.
     for (int q = 0; q < P; ++q) {

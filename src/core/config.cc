@@ -63,6 +63,12 @@ void Config::set(std::string_view name, std::string_view value) {
     timeout = std::chrono::duration_cast<std::chrono::milliseconds>(d);
   } else if (name == "spin") {
     spin = parse_duration(value, what);
+  } else if (name == "host-processes") {
+    const long long n = parse_integer(value, what);
+    if (n < 1 || n > 1'000'000) {
+      throw ConfigError(what + " must be a process count >= 1, got '" + std::string(value) + "'");
+    }
+    host_processes = static_cast<int>(n);
   } else if (name == "engine") {
     if (value == "local") {
       engine = Engine::kLocal;
@@ -108,6 +114,7 @@ std::vector<std::pair<std::string, std::string>> Config::options() {
   return {{"local-replicas", "replicas (threads) in this process"},
           {"timeout", "deadline of every blocking call, e.g. 30s"},
           {"spin", "busy-wait before parking, e.g. 50us"},
+          {"host-processes", "processes of this job on this host"},
           {"engine", "local, mpi or gloo"},
           {"rank", "gloo: this process's rank"},
           {"world-size", "gloo: number of processes"},
@@ -121,6 +128,10 @@ Config Config::from_env() {
   // A process started by an MPI launcher runs on the mpi engine unless told otherwise.
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) {
     if (std::getenv(var) != nullptr) config.engine = Engine::kMpi;
+  }
+  // ... and tells how many of its processes share this host.
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+    if (const char* value = std::getenv(var)) config.set("host-processes", value);
   }
   for (const auto& [option, help] : options()) {
     std::string var = "REPLICATOR_";

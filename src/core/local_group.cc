@@ -68,10 +68,7 @@ LocalGroup::LocalGroup(int num_replicas, std::chrono::milliseconds timeout,
       first_(layout ? layout->rank * num_replicas : 0),
       total_(layout ? layout->replicas() : num_replicas),
       timeout_(timeout),
-      // Spinning only pays when every replica (and the driving thread) has a core.
-      spin_(static_cast<unsigned>(num_replicas) < std::max(1u, std::thread::hardware_concurrency()) + 1
-                ? spin
-                : std::chrono::microseconds(0)),
+      spin_(spin),  // the Replicator turns spinning off when the host is oversubscribed
       staging_capacity_(staged_threshold(num_replicas)) {
   slots_.reserve(static_cast<std::size_t>(n_));
   for (int j = 0; j < n_; ++j) slots_.push_back(std::make_unique<Slot>(n_, kStagingBytes));

@@ -1,6 +1,7 @@
 #include "replicator/replicator.h"
 
 #include <string>
+#include <thread>
 
 #include "src/collectives/cross_process.h"
 #include "src/collectives/reduce_kernel.h"
@@ -90,9 +91,15 @@ Replicator::Replicator(Config config, std::unique_ptr<detail::Transport> transpo
           std::max(layout_->max_subtrees, static_cast<int>(layout_->subtrees.back().size()));
     }
   }
-  group_ = std::make_unique<detail::LocalGroup>(L, config_.timeout, config_.spin, layout_.get());
+  // Waiting replicas spin only while every replica thread on this host has a core.
+  const auto threads_on_host = static_cast<unsigned>(L) * static_cast<unsigned>(config_.host_processes);
+  const std::chrono::microseconds spin =
+      threads_on_host <= std::max(1u, std::thread::hardware_concurrency())
+          ? config_.spin
+          : std::chrono::microseconds(0);
+  group_ = std::make_unique<detail::LocalGroup>(L, config_.timeout, spin, layout_.get());
   pool_ = std::make_unique<detail::WorkerPool>(*group_, layout_ ? layout_->rank * L : 0,
-                                               num_replicas(), L, config_.spin);
+                                               num_replicas(), L, spin);
   reduce_scratch_ = std::make_unique<detail::ReduceScratch>(L);
 }
 

@@ -92,8 +92,8 @@ class LayoutTest : public ::testing::TestWithParam<Layout> {};
 TEST_P(LayoutTest, AllReduceBitsMatchTheLocalEngine) {
   const auto [P, L] = GetParam();
   const int R = P * L;
-  for (const std::size_t n : {std::size_t{1}, std::size_t{37}, std::size_t{5003}}) {
-    // Reference: one process, R replicas.
+  for (const std::size_t n : {std::size_t{1}, std::size_t{37}, std::size_t{5003}, std::size_t{300007}}) {
+    // Reference: one process, R replicas. 300007 elements: several pipeline chunks.
     std::vector<std::vector<float>> reference(static_cast<std::size_t>(R));
     std::vector<std::vector<bfloat16>> reference_bf(static_cast<std::size_t>(R));
     {
