@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "replicator/errors.h"
@@ -322,7 +323,10 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
     const auto [a, b] = slice_of(hi - lo, q, P);
     return std::pair<std::uint64_t, std::uint64_t>{lo + a, lo + b};
   };
-  constexpr std::uint64_t kChunk = 256 * 1024;  // elements
+  const std::size_t step_bytes = layout.transport->pipeline_bytes();
+  const std::uint64_t kChunk =
+      step_bytes == 0 ? std::numeric_limits<std::uint64_t>::max() / 2
+                      : std::max<std::uint64_t>(64, step_bytes / partial_size(d.dtype, op));
   const auto chunk = [&](int q, std::uint64_t k) {
     const auto [a, b] = part(q);
     const std::uint64_t ca = std::min(b, a + k * kChunk);

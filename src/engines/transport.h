@@ -51,6 +51,11 @@ class Transport {
   virtual void exchange(int lane, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
                         Clock::time_point deadline) = 0;
 
+  // Bytes per step of a pipelined exchange that pay on this transport: large transfers
+  // are cut into steps of this size so each arrives while the last is reduced in cache.
+  // 0: do not cut (a transport whose every message costs a round trip of tens of µs).
+  virtual std::size_t pipeline_bytes() const = 0;
+
   // Tells every peer that this process failed (`why` goes into their Aborted message) and
   // poisons this transport. Best effort, never blocks for long, never throws.
   virtual void abort(const std::string& why) noexcept = 0;

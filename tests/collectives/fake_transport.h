@@ -82,6 +82,8 @@ class FakeTransport : public detail::Transport {
   }
 
   void native_all_reduce_f32(float*, std::size_t) override {}
+  // Small steps, so the tests run the pipeline over many of them.
+  std::size_t pipeline_bytes() const override { return 64 * 1024; }
 
  private:
   std::shared_ptr<FakeNetwork> network_;

@@ -322,6 +322,8 @@ class GlooTransport final : public Transport {
   void exchange(int lane, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
                 Clock::time_point deadline) override;
   void abort(const std::string& why) noexcept override;
+  // Every TCP message costs tens of µs: whole parts in one step.
+  std::size_t pipeline_bytes() const override { return 0; }
   void native_all_reduce_f32(float* data, std::size_t count) override;
 
  private:
