@@ -222,12 +222,17 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
   const bool alias_rows =
       single && partial_size(buffers[seg].dtype, op) == dtype_size(buffers[seg].dtype);
 
-  // Arena: my partial rows | received partial rows | result row (elements).
-  const std::size_t rows_bytes = mine.size() * row;
+  // Arena: my partial rows (unless they all alias buffers) | received partial rows (my
+  // part only) | result row (elements, unless results land in the buffers).
+  bool all_aliased = alias_rows;
+  for (const Subtree& s : mine) all_aliased = all_aliased && s.size == 1;
+  const std::size_t rows_bytes = small || !all_aliased ? mine.size() * row : 0;
   std::size_t recv_bytes = 0;
   if (!small) {
+    const auto [pa, pb] = slice_of(hi - lo, rank, P);
+    const std::size_t part_bytes = partial_bytes(buffers, lo + pa, lo + pb, op);
     for (int q = 0; q < P; ++q) {
-      if (q != rank) recv_bytes += layout.subtrees[static_cast<std::size_t>(q)].size() * row;
+      if (q != rank) recv_bytes += layout.subtrees[static_cast<std::size_t>(q)].size() * part_bytes;
     }
   }
   const std::size_t result_bytes = small || single ? 0 : element_bytes(buffers, lo, hi);
