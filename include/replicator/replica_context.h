@@ -9,9 +9,11 @@
 //                       naming the sequence number and each replica's call);
 //   Timeout             the deadline passed (raised on every waiting replica, naming the
 //                       replicas that never arrived);
-//   Aborted             another replica failed; this one is released.
+//   Aborted             another replica failed; this one is released;
+//   PeerLost            (mpi, gloo engines) a process of the job died or left.
 // Results are bitwise identical on every replica. Reductions combine the replicas' values
-// in a canonical pairwise tree over replica ids (the same for any thread timing), and
+// in a canonical pairwise tree over replica ids (the same for any thread timing, process
+// layout or engine), and
 // 16-bit floats accumulate in f32 and round once. Integer sums and products wrap.
 // A ReplicaContext is used only by the thread running its replica.
 #pragma once
