@@ -37,10 +37,15 @@ class ConfigError : public Error {
   using Error::Error;
 };
 
-// A data file is missing, corrupt or truncated.
+// A data file is missing, corrupt or truncated. `path()` names the file.
 class DataError : public Error {
  public:
-  using Error::Error;
+  DataError(const std::string& message, std::string path)
+      : Error(message), path_(std::move(path)) {}
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
 };
 
 // Replicas issued different collectives at the same point of their sequence. Raised on

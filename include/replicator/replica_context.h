@@ -36,15 +36,24 @@ using Deadline = std::optional<std::chrono::milliseconds>;  // empty: Config::ti
 struct ReduceOptions {
   ReduceOp op = ReduceOp::kSum;
   Deadline timeout;
+  // Optional tag every replica must pass equal, e.g. a hash of tensor shapes that the
+  // element count alone does not pin down; replicas that differ get CollectiveMismatch.
+  std::uint64_t signature = 0;
 };
 
 struct BroadcastOptions {
   int root = 0;  // global replica id whose data every replica receives
   Deadline timeout;
+  // Optional tag every replica must pass equal, e.g. a hash of tensor shapes that the
+  // element count alone does not pin down; replicas that differ get CollectiveMismatch.
+  std::uint64_t signature = 0;
 };
 
 struct CollectiveOptions {
   Deadline timeout;
+  // Optional tag every replica must pass equal, e.g. a hash of tensor shapes that the
+  // element count alone does not pin down; replicas that differ get CollectiveMismatch.
+  std::uint64_t signature = 0;
 };
 
 // A (source, destination) pair of global replica ids for permute.
@@ -77,6 +86,7 @@ struct Call {
   Buffer output;
   std::span<const PermutePair> pairs;
   Deadline timeout;
+  std::uint64_t signature = 0;  // compared across replicas with the rest of the call
 };
 
 template <typename Range>
@@ -118,7 +128,8 @@ class ReplicaContext {
     call({.kind = detail::OpKind::kAllGather,
           .input = detail::as_buffer(input),
           .output = detail::as_buffer(output),
-          .timeout = options.timeout});
+          .timeout = options.timeout,
+          .signature = options.signature});
   }
 
   // Copies the root replica's `data` into `data` on every replica.
@@ -138,7 +149,8 @@ class ReplicaContext {
           .op = options.op,
           .input = detail::as_buffer(input),
           .output = detail::as_buffer(output),
-          .timeout = options.timeout});
+          .timeout = options.timeout,
+          .signature = options.signature});
   }
 
   // `input` and `output` hold num_replicas() equal blocks; block j of replica r's input
@@ -148,7 +160,8 @@ class ReplicaContext {
     call({.kind = detail::OpKind::kAllToAll,
           .input = detail::as_buffer(input),
           .output = detail::as_buffer(output),
-          .timeout = options.timeout});
+          .timeout = options.timeout,
+          .signature = options.signature});
   }
 
   // For each (source, destination) pair, the destination's `output` receives the source's
@@ -162,7 +175,8 @@ class ReplicaContext {
           .input = detail::as_buffer(input),
           .output = detail::as_buffer(output),
           .pairs = pairs,
-          .timeout = options.timeout});
+          .timeout = options.timeout,
+          .signature = options.signature});
   }
 
   // Returns once every replica has called barrier.

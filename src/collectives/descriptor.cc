@@ -83,6 +83,8 @@ std::string Descriptor::describe() const {
          std::to_string(layout % 100000);
   } else if (kind == OpKind::kPermute) {
     s += ", " + std::to_string(call.pairs.size()) + " pairs #" + std::to_string(layout % 100000);
+  } else if (layout != 0) {
+    s += ", signature #" + std::to_string(layout % 100000);
   }
   return s + ")";
 }
@@ -197,6 +199,7 @@ Descriptor describe_call(const Call& call, int me, int n) {
       break;
     }
   }
+  if (call.signature != 0) d.layout = mix(d.layout, call.signature);
   return d;
 }
 

@@ -12,18 +12,22 @@ void ReplicaContext::all_reduce(std::span<const Buffer> buffers, const ReduceOpt
   call({.kind = detail::OpKind::kAllReduce,
         .op = options.op,
         .buffers = buffers,
-        .timeout = options.timeout});
+        .timeout = options.timeout,
+        .signature = options.signature});
 }
 
 void ReplicaContext::broadcast(std::span<const Buffer> buffers, const BroadcastOptions& options) {
   call({.kind = detail::OpKind::kBroadcast,
         .root = options.root,
         .buffers = buffers,
-        .timeout = options.timeout});
+        .timeout = options.timeout,
+        .signature = options.signature});
 }
 
 void ReplicaContext::barrier(const CollectiveOptions& options) {
-  call({.kind = detail::OpKind::kBarrier, .timeout = options.timeout});
+  call({.kind = detail::OpKind::kBarrier,
+        .timeout = options.timeout,
+        .signature = options.signature});
 }
 
 }  // namespace replicator

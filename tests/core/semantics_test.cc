@@ -172,6 +172,16 @@ TEST(MismatchTest, BarrierAgainstAllReduceRaisedOnEveryReplica) {
                              {"barrier()", "all_reduce(i32 x 3, op=sum)"});
 }
 
+TEST(MismatchTest, DifferentSignatureRaisedOnEveryReplica) {
+  // Same dtype and count, different caller tag (e.g. tensor shapes [2,3] and [3,2]).
+  expect_mismatch_everywhere(3,
+                             [](ReplicaContext& ctx) {
+                               std::vector<float> v(6, 1.0f);
+                               ctx.all_reduce(v, {.signature = ctx.replica_id() == 1 ? 7u : 5u});
+                             },
+                             {"f32 x 6", "signature #"});
+}
+
 TEST(MismatchTest, DifferentDTypeRaisedOnEveryReplica) {
   expect_mismatch_everywhere(4,
                              [](ReplicaContext& ctx) {
