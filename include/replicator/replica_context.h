@@ -110,6 +110,11 @@ class ReplicaContext {
   // Number of collectives this replica has issued in the current run.
   std::uint64_t sequence() const { return sequence_; }
 
+  // The context of the replica whose step function the calling thread is running, or
+  // null outside a step (what layers such as cross-replica batch norm use when no
+  // context is passed to them). Never blocks, never throws.
+  static ReplicaContext* current() { return current_; }
+
   // Combines `data` over all replicas with `op` and writes the result into `data` on every
   // replica.
   template <detail::ElementRange Range>
@@ -194,6 +199,19 @@ class ReplicaContext {
         local_id_(local_id),
         num_local_(num_local) {}
   void call(const detail::Call& call);
+
+  // Makes `ctx` the calling thread's current() for the scope's lifetime.
+  class CurrentScope {
+   public:
+    explicit CurrentScope(ReplicaContext& ctx) : previous_(current_) { current_ = &ctx; }
+    ~CurrentScope() { current_ = previous_; }
+    CurrentScope(const CurrentScope&) = delete;
+    CurrentScope& operator=(const CurrentScope&) = delete;
+
+   private:
+    ReplicaContext* previous_;
+  };
+  static thread_local ReplicaContext* current_;
 
   detail::LocalGroup* group_;
   int replica_id_;

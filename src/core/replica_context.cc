@@ -4,6 +4,8 @@
 
 namespace replicator {
 
+thread_local ReplicaContext* ReplicaContext::current_ = nullptr;
+
 void ReplicaContext::call(const detail::Call& call) {
   group_->collective(local_id_, sequence_, call);
 }

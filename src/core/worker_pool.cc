@@ -67,6 +67,7 @@ void WorkerPool::loop(int local) {
     if (stop_) return;
 
     ReplicaContext ctx(&group_, id, num_replicas_, local, static_cast<int>(threads_.size()));
+    const ReplicaContext::CurrentScope current(ctx);
     try {
       step_.invoke(step_.object, ctx);
       ctx.call(Call{.kind = OpKind::kEndStep});

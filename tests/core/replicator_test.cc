@@ -65,6 +65,16 @@ TEST(ReplicatorTest, VoidStepReturnsPerReplicaVoidOfTheRightSize) {
   EXPECT_EQ(calls.load(), 3);
 }
 
+TEST(ReplicatorTest, CurrentIsTheRunningReplicasContextAndNullOutside) {
+  Replicator replicator(Config{.local_replicas = 3});
+  EXPECT_EQ(ReplicaContext::current(), nullptr);
+  const auto same = replicator.run([](ReplicaContext& ctx) {
+    return ReplicaContext::current() == &ctx;
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(same[r]) << "replica " << r;
+  EXPECT_EQ(ReplicaContext::current(), nullptr);
+}
+
 TEST(ReplicatorTest, ContextReportsIdsOfEveryReplica) {
   Replicator repl(with_replicas(5));
   struct Ids {
