@@ -62,16 +62,13 @@
 #include <utility>
 #include <vector>
 
+#include "apps/command.h"
+#include "apps/engine_choice.h"
 #include "bench/memory_bandwidth.h"
 #include "replicator/replicator.h"
 #include "src/core/replicator_internal.h"
 
 namespace replicator::apps {
-
-struct Command {
-  CLI::App* app;
-  std::function<int()> run;
-};
 
 namespace {
 
@@ -789,27 +786,6 @@ ReduceOp parse_op(const std::string& name) {
   throw ConfigError("--op must be one of sum, mean, min, max, prod, got '" + name + "'");
 }
 
-// Why the environment selects `engine`, for the error about a contradicting --engine.
-std::string engine_source(Engine engine) {
-  if (const char* value = std::getenv("REPLICATOR_ENGINE")) {
-    return "REPLICATOR_ENGINE=" + std::string(value) +
-           (engine == Engine::kGloo ? ", as `replicator launch` sets it" : "");
-  }
-  if (engine == Engine::kMpi) return "this process was started by mpirun or srun";
-  return "this process was started by neither mpirun nor `replicator launch`";
-}
-
-std::string engine_howto(const std::string& engine) {
-  if (engine == "mpi") {
-    return "start the processes with mpirun, e.g. `mpirun -np 2 replicator bench collectives ...`";
-  }
-  if (engine == "gloo") {
-    return "start the processes with the launcher, e.g. `replicator launch -n 2 -- replicator "
-           "bench collectives ...`";
-  }
-  return "run the command directly, without mpirun or `replicator launch`";
-}
-
 // The copy bandwidth, measured by process 0 while the others wait in a barrier (their
 // replicas nap in the transport), so that the processes do not share the memory bus.
 double measure_copy_bandwidth(Replicator& repl, const Settings& s, int threads,
@@ -830,14 +806,8 @@ int run_bench_collectives(const Flags& f) {
   s.json = f.json;
   if (f.iters_option->count() > 0) s.iters = f.iters;
 
-  Config config = Config::from_env();
-  const std::string picked(to_string(config.engine));
-  if (!f.engine.empty() && f.engine != picked) {
-    throw ConfigError("--engine " + f.engine + " contradicts the environment, which selects the " +
-                      picked + " engine (" + engine_source(config.engine) + "); for " + f.engine +
-                      ", " + engine_howto(f.engine) + "; or leave out --engine");
-  }
-  s.engine = picked;
+  Config config = config_for_engine(f.engine, "bench collectives");
+  s.engine = std::string(to_string(config.engine));
   // Local replicas: --replicas; without it, 2 on the local engine (as always), and across
   // processes what the environment says (REPLICATOR_LOCAL_REPLICAS, or 1).
   if (f.replicas_option->count() > 0 || !s.across_processes()) {

@@ -42,16 +42,12 @@
 #include <string_view>
 #include <vector>
 
+#include "apps/command.h"
 #include "replicator/errors.h"
 
 extern char** environ;
 
 namespace replicator::apps {
-
-struct Command {
-  CLI::App* app;
-  std::function<int()> run;
-};
 
 namespace {
 

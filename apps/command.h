@@ -1,0 +1,25 @@
+// A subcommand of the `replicator` command: its CLI11 node and what to run once the
+// command line is parsed. Each subcommand's file defines an add_* function returning one;
+// main.cc lists them.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace replicator::apps {
+
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+
+// `replicator bench collectives` (bench_collectives.cc).
+Command add_bench_collectives(CLI::App& bench);
+// `replicator launch` (launch.cc).
+Command add_launch(CLI::App& app);
+// `replicator train classifier` (train_command.cc); built with LibTorch only.
+Command add_train_classifier(CLI::App& train);
+// `replicator bench train` (bench_train.cc); built with LibTorch only.
+Command add_bench_train(CLI::App& bench);
+
+}  // namespace replicator::apps
