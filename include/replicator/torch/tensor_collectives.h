@@ -1,0 +1,59 @@
+// Collectives on torch::Tensor, built on ReplicaContext's. Every call BLOCKS until all
+// replicas made the same call (see replica_context.h for the contract), and throws what
+// the context's collectives throw:
+//   InvalidArgument     a tensor is not on the CPU, has a dtype replicator does not carry
+//                       (bool, complex, int8/16, uint16+), or the shapes do not fit the call;
+//   CollectiveMismatch  replicas passed different dtypes or shapes (shapes are compared
+//                       across replicas, not only element counts), or different calls;
+//   Timeout, Aborted, PeerLost as for every collective.
+// Supported dtypes: float32, float64, bfloat16, float16, int32, int64, uint8. Tensors may
+// be non-contiguous (they go through a contiguous copy); in-place calls write through the
+// tensor, whatever its strides, and do not record the write in autograd.
+// Namespace note: inside namespace replicator, LibTorch is `::torch`.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <vector>
+
+#include "replicator/dtype.h"
+#include "replicator/replica_context.h"
+
+namespace replicator::torch {
+
+// The replicator dtype of a LibTorch scalar type; throws InvalidArgument for others.
+DType dtype_of(c10::ScalarType type);
+
+// Reduces `tensor` over replicas in place (sum by default; kMean divides by R).
+void all_reduce(ReplicaContext& ctx, const ::torch::Tensor& tensor,
+                const ReduceOptions& options = {});
+// Fused: one collective over every tensor of the list (dtypes may differ).
+void all_reduce(ReplicaContext& ctx, const std::vector<::torch::Tensor>& tensors,
+                const ReduceOptions& options = {});
+
+// Copies the root replica's `tensor` into `tensor` on every replica, in place.
+void broadcast(ReplicaContext& ctx, const ::torch::Tensor& tensor,
+               const BroadcastOptions& options = {});
+void broadcast(ReplicaContext& ctx, const std::vector<::torch::Tensor>& tensors,
+               const BroadcastOptions& options = {});
+
+// Returns a new tensor of shape [R, *tensor.shape]: row r is replica r's tensor.
+::torch::Tensor all_gather(ReplicaContext& ctx, const ::torch::Tensor& tensor,
+                           const CollectiveOptions& options = {});
+
+// `tensor` has R·k rows (dim 0); returns this replica's k rows of the reduction.
+::torch::Tensor reduce_scatter(ReplicaContext& ctx, const ::torch::Tensor& tensor,
+                               const ReduceOptions& options = {});
+
+// `tensor` has R·k rows; block j (k rows) goes to replica j, and the result holds, as
+// block r, what replica r sent to this one. Same shape as `tensor`.
+::torch::Tensor all_to_all(ReplicaContext& ctx, const ::torch::Tensor& tensor,
+                           const CollectiveOptions& options = {});
+
+// Makes every replica's parameters and buffers equal to the root's (one fused broadcast).
+// Every replica must pass a module with the same parameter and buffer shapes.
+void broadcast_parameters(ReplicaContext& ctx, ::torch::nn::Module& module,
+                          const BroadcastOptions& options = {});
+
+}  // namespace replicator::torch

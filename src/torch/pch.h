@@ -1,0 +1,3 @@
+// Precompiled header of every LibTorch target (see CMakeLists.txt).
+#pragma once
+#include <torch/torch.h>

@@ -1,0 +1,203 @@
+#include "replicator/torch/tensor_collectives.h"
+
+#include <torch/torch.h>
+
+#include <span>
+#include <string>
+#include <utility>
+
+#include "replicator/errors.h"
+
+namespace replicator::torch {
+namespace {
+
+std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdULL;
+}
+
+// What a call compares across replicas beyond dtype and element count: every shape.
+std::uint64_t shape_signature(const std::vector<::torch::Tensor>& tensors, std::uint64_t user) {
+  std::uint64_t h = mix(user, tensors.size());
+  for (const ::torch::Tensor& t : tensors) {
+    h = mix(h, static_cast<std::uint64_t>(t.scalar_type()));
+    h = mix(h, static_cast<std::uint64_t>(t.dim()));
+    for (const std::int64_t d : t.sizes()) h = mix(h, static_cast<std::uint64_t>(d));
+  }
+  return h | 1;  // never 0, which means "no signature"
+}
+
+void require_cpu(const ::torch::Tensor& t, const char* op) {
+  if (!t.defined()) throw InvalidArgument(std::string(op) + ": the tensor is undefined");
+  if (!t.device().is_cpu()) {
+    throw InvalidArgument(std::string(op) + ": tensors must be on the CPU, got one on " +
+                          t.device().str());
+  }
+}
+
+Buffer buffer_of(const ::torch::Tensor& contiguous) {
+  return Buffer{contiguous.data_ptr(), static_cast<std::size_t>(contiguous.numel()),
+                dtype_of(contiguous.scalar_type())};
+}
+
+// The tensors of an in-place call as contiguous buffers; non-contiguous ones go through a
+// copy that `write_back` returns to the caller's tensor.
+class Staged {
+ public:
+  Staged(const std::vector<::torch::Tensor>& tensors, const char* op) {
+    buffers_.reserve(tensors.size());
+    for (const ::torch::Tensor& t : tensors) {
+      require_cpu(t, op);
+      if (t.is_contiguous()) {
+        buffers_.push_back(buffer_of(t));
+      } else {
+        ::torch::Tensor copy = t.contiguous();
+        buffers_.push_back(buffer_of(copy));
+        copies_.emplace_back(t, std::move(copy));
+      }
+    }
+  }
+  std::span<const Buffer> buffers() const { return buffers_; }
+  void write_back() {
+    const ::torch::NoGradGuard no_grad;
+    for (auto& [target, copy] : copies_) target.copy_(copy);
+  }
+
+ private:
+  std::vector<Buffer> buffers_;
+  std::vector<std::pair<::torch::Tensor, ::torch::Tensor>> copies_;
+};
+
+// Calls `f` with `b` as a typed span (the core's non-fused collectives take ranges).
+template <typename F>
+decltype(auto) with_span(const Buffer& b, F&& f) {
+  switch (b.dtype) {
+    case DType::kF32: return f(std::span(static_cast<float*>(b.data), b.count));
+    case DType::kF64: return f(std::span(static_cast<double*>(b.data), b.count));
+    case DType::kBF16: return f(std::span(static_cast<bfloat16*>(b.data), b.count));
+    case DType::kF16: return f(std::span(static_cast<float16*>(b.data), b.count));
+    case DType::kI32: return f(std::span(static_cast<std::int32_t*>(b.data), b.count));
+    case DType::kI64: return f(std::span(static_cast<std::int64_t*>(b.data), b.count));
+    case DType::kU8: return f(std::span(static_cast<std::uint8_t*>(b.data), b.count));
+  }
+  throw InvalidArgument("unknown dtype");
+}
+
+// Shape of [R, *shape] or of `shape` with dim 0 scaled.
+std::vector<std::int64_t> sizes_of(const ::torch::Tensor& t) {
+  return std::vector<std::int64_t>(t.sizes().begin(), t.sizes().end());
+}
+
+std::int64_t rows_per_replica(const ::torch::Tensor& t, int replicas, const char* op) {
+  if (t.dim() == 0 || t.size(0) % replicas != 0) {
+    throw InvalidArgument(std::string(op) + ": dim 0 must be a multiple of num_replicas() = " +
+                          std::to_string(replicas) + ", got shape " +
+                          c10::str(t.sizes()));
+  }
+  return t.size(0) / replicas;
+}
+
+}  // namespace
+
+DType dtype_of(c10::ScalarType type) {
+  switch (type) {
+    case c10::ScalarType::Float: return DType::kF32;
+    case c10::ScalarType::Double: return DType::kF64;
+    case c10::ScalarType::BFloat16: return DType::kBF16;
+    case c10::ScalarType::Half: return DType::kF16;
+    case c10::ScalarType::Int: return DType::kI32;
+    case c10::ScalarType::Long: return DType::kI64;
+    case c10::ScalarType::Byte: return DType::kU8;
+    default:
+      throw InvalidArgument(std::string("tensor dtype ") + c10::toString(type) +
+                            " is not supported by replicator collectives (float32, float64, "
+                            "bfloat16, float16, int32, int64, uint8 are)");
+  }
+}
+
+void all_reduce(ReplicaContext& ctx, const ::torch::Tensor& tensor, const ReduceOptions& options) {
+  all_reduce(ctx, std::vector<::torch::Tensor>{tensor}, options);
+}
+
+void all_reduce(ReplicaContext& ctx, const std::vector<::torch::Tensor>& tensors,
+                const ReduceOptions& options) {
+  Staged staged(tensors, "all_reduce");
+  ReduceOptions o = options;
+  o.signature = shape_signature(tensors, options.signature);
+  ctx.all_reduce(staged.buffers(), o);
+  staged.write_back();
+}
+
+void broadcast(ReplicaContext& ctx, const ::torch::Tensor& tensor,
+               const BroadcastOptions& options) {
+  broadcast(ctx, std::vector<::torch::Tensor>{tensor}, options);
+}
+
+void broadcast(ReplicaContext& ctx, const std::vector<::torch::Tensor>& tensors,
+               const BroadcastOptions& options) {
+  Staged staged(tensors, "broadcast");
+  BroadcastOptions o = options;
+  o.signature = shape_signature(tensors, options.signature);
+  ctx.broadcast(staged.buffers(), o);
+  staged.write_back();
+}
+
+::torch::Tensor all_gather(ReplicaContext& ctx, const ::torch::Tensor& tensor,
+                           const CollectiveOptions& options) {
+  require_cpu(tensor, "all_gather");
+  const ::torch::Tensor in = tensor.contiguous();
+  std::vector<std::int64_t> shape = sizes_of(in);
+  shape.insert(shape.begin(), ctx.num_replicas());
+  ::torch::Tensor out = ::torch::empty(shape, in.options());
+  CollectiveOptions o = options;
+  o.signature = shape_signature({in}, options.signature);
+  const Buffer out_buffer = buffer_of(out);
+  with_span(buffer_of(in), [&](auto input) {
+    using T = typename decltype(input)::element_type;
+    ctx.all_gather(input, std::span(static_cast<T*>(out_buffer.data), out_buffer.count), o);
+  });
+  return out;
+}
+
+::torch::Tensor reduce_scatter(ReplicaContext& ctx, const ::torch::Tensor& tensor,
+                               const ReduceOptions& options) {
+  require_cpu(tensor, "reduce_scatter");
+  const std::int64_t rows = rows_per_replica(tensor, ctx.num_replicas(), "reduce_scatter");
+  const ::torch::Tensor in = tensor.contiguous();
+  std::vector<std::int64_t> shape = sizes_of(in);
+  shape[0] = rows;
+  ::torch::Tensor out = ::torch::empty(shape, in.options());
+  ReduceOptions o = options;
+  o.signature = shape_signature({in}, options.signature);
+  const Buffer out_buffer = buffer_of(out);
+  with_span(buffer_of(in), [&](auto input) {
+    using T = typename decltype(input)::element_type;
+    ctx.reduce_scatter(input, std::span(static_cast<T*>(out_buffer.data), out_buffer.count), o);
+  });
+  return out;
+}
+
+::torch::Tensor all_to_all(ReplicaContext& ctx, const ::torch::Tensor& tensor,
+                           const CollectiveOptions& options) {
+  require_cpu(tensor, "all_to_all");
+  rows_per_replica(tensor, ctx.num_replicas(), "all_to_all");
+  const ::torch::Tensor in = tensor.contiguous();
+  ::torch::Tensor out = ::torch::empty_like(in, ::torch::MemoryFormat::Contiguous);
+  CollectiveOptions o = options;
+  o.signature = shape_signature({in}, options.signature);
+  const Buffer out_buffer = buffer_of(out);
+  with_span(buffer_of(in), [&](auto input) {
+    using T = typename decltype(input)::element_type;
+    ctx.all_to_all(input, std::span(static_cast<T*>(out_buffer.data), out_buffer.count), o);
+  });
+  return out;
+}
+
+void broadcast_parameters(ReplicaContext& ctx, ::torch::nn::Module& module,
+                          const BroadcastOptions& options) {
+  std::vector<::torch::Tensor> tensors = module.parameters(/*recurse=*/true);
+  for (const ::torch::Tensor& b : module.buffers(/*recurse=*/true)) tensors.push_back(b);
+  broadcast(ctx, tensors, options);
+}
+
+}  // namespace replicator::torch
