@@ -8,22 +8,8 @@
 #include <functional>
 #include <vector>
 
+#include "apps/command.h"
 #include "replicator/errors.h"
-
-namespace replicator::apps {
-
-// A subcommand: its CLI11 node and what to run once the command line is parsed.
-struct Command {
-  CLI::App* app;
-  std::function<int()> run;
-};
-
-// Defined in bench_collectives.cc: `replicator bench collectives`.
-Command add_bench_collectives(CLI::App& bench);
-// Defined in launch.cc: `replicator launch`.
-Command add_launch(CLI::App& app);
-
-}  // namespace replicator::apps
 
 int main(int argc, char** argv) {
   using replicator::apps::Command;
@@ -34,6 +20,12 @@ int main(int argc, char** argv) {
   std::vector<Command> commands;
   commands.push_back(replicator::apps::add_bench_collectives(*bench));
   commands.push_back(replicator::apps::add_launch(app));
+#ifdef REPLICATOR_HAVE_TORCH
+  CLI::App* train = app.add_subcommand("train", "Training jobs");
+  train->require_subcommand(1);
+  commands.push_back(replicator::apps::add_train_classifier(*train));
+  commands.push_back(replicator::apps::add_bench_train(*bench));
+#endif
 
   try {
     app.parse(argc, argv);

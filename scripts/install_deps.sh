@@ -9,6 +9,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev
   libopenmpi-dev openmpi-bin
   libgloo-dev libhiredis-dev redis-server iproute2
+  libtorch-dev zlib1g-dev dataset-fashion-mnist python3-torch python3-numpy
 )
 
 missing=()

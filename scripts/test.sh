@@ -15,7 +15,8 @@ echo "== multi-process tests (mpi, gloo)"
 ctest --test-dir "$root/build" --output-on-failure -L multiproc
 
 echo "== ThreadSanitizer: core tests"
-core_only=(-DREPLICATOR_BUILD_APPS=OFF -DREPLICATOR_WITH_MPI=OFF -DREPLICATOR_WITH_GLOO=OFF)
+core_only=(-DREPLICATOR_BUILD_APPS=OFF -DREPLICATOR_WITH_MPI=OFF -DREPLICATOR_WITH_GLOO=OFF
+  -DREPLICATOR_WITH_TORCH=OFF)
 BUILD_TYPE=RelWithDebInfo "$root/scripts/build.sh" "$root/build-tsan" \
   -DREPLICATOR_SANITIZE=thread "${core_only[@]}"
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \

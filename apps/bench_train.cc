@@ -1,0 +1,250 @@
+// `replicator bench train`: training throughput of the train job in several layouts,
+// each run as its own process(es) so that every configuration starts from a clean heap:
+//   local 1 replica x 1 thread, 1 replica x 2 threads, 2 replicas x 1 thread;
+//   mpi 2 processes x 1 replica (mpirun), gloo 2 processes x 1 replica (`replicator launch`);
+//   the peer a user would otherwise pick: PyTorch DDP over gloo, 2 processes x 1 thread
+//   (bench/ddp_train.py: the same network with per-process batch norm, as DDP on CPU has
+//   no synchronized batch norm), same batch and memory setting.
+// Each configuration runs --repeats times, interleaved (repeat r of every configuration,
+// then repeat r+1), with and without the memory setting; rows give the median and range
+// of images/s over the timed steps, and the ratios the targets are about, from medians
+// of the same invocation.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/command.h"
+#include "apps/memory.h"
+#include "replicator/errors.h"
+
+namespace replicator::apps {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+struct BenchTrainFlags {
+  int steps = 40;
+  int warmup = 10;
+  int repeats = 3;
+  int batch = 256;
+  std::string memory = "both";
+  std::vector<std::string> configs;
+  std::string python = "/usr/bin/python3";
+  std::string ddp_script;
+  bool json = false;
+};
+
+struct Configuration {
+  std::string name;     // e.g. "local-2x1"
+  std::string engine;   // local, mpi, gloo, ddp-gloo
+  int processes = 1;
+  int replicas = 1;     // in all
+  int threads = 1;      // intra-op threads per process
+};
+
+const std::vector<Configuration>& all_configurations() {
+  static const std::vector<Configuration> kAll = {
+      {"local-1x1", "local", 1, 1, 1}, {"local-1x2t", "local", 1, 1, 2},
+      {"local-2x1", "local", 1, 2, 1}, {"mpi-2x1", "mpi", 2, 2, 1},
+      {"gloo-2x1", "gloo", 2, 2, 1},   {"ddp-gloo-2x1", "ddp-gloo", 2, 2, 1}};
+  return kAll;
+}
+
+std::string self_path() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (const char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Runs `command` through the shell and returns its stdout; throws Error if it fails.
+std::string run_capture(const std::string& command) {
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) throw Error("cannot start: " + command);
+  std::string out;
+  std::array<char, 4096> chunk;
+  while (std::fgets(chunk.data(), chunk.size(), pipe) != nullptr) out += chunk.data();
+  const int status = ::pclose(pipe);
+  if (status != 0) {
+    throw Error("benchmark run failed (exit status " + std::to_string(WEXITSTATUS(status)) +
+                "): " + command);
+  }
+  return out;
+}
+
+// images/s from the JSON object the run printed (possibly behind a "[rank] " prefix).
+double images_per_s_of(const std::string& output, const std::string& command) {
+  std::size_t start = 0;
+  while (start < output.size()) {
+    const std::size_t end = output.find('\n', start);
+    const std::string line = output.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    const std::size_t brace = line.find("{\"type\":\"train\"");
+    if (brace != std::string::npos) return Json::parse(line.substr(brace)).at("images_per_s").get<double>();
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  throw Error("no result line in the output of: " + command);
+}
+
+std::string command_for(const BenchTrainFlags& f, const Configuration& c, MemoryMode memory) {
+  const std::string self = quote(self_path());
+  const std::string mode = memory == MemoryMode::kKeep ? "keep" : "system";
+  const std::string job = " train classifier --no-eval --no-augment --no-progress --json" +
+                          std::string(" --steps ") + std::to_string(f.steps + f.warmup) +
+                          " --timed-after " + std::to_string(f.warmup) + " --batch " +
+                          std::to_string(f.batch) + " --threads " + std::to_string(c.threads) +
+                          " --memory " + mode;
+  if (c.engine == "local") {
+    return self + job + " --replicas " + std::to_string(c.replicas) + " 2>/dev/null";
+  }
+  if (c.engine == "mpi") {
+    return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np " +
+           std::to_string(c.processes) + " --oversubscribe --bind-to none " + self + job +
+           " --replicas 1 2>/dev/null";
+  }
+  if (c.engine == "gloo") {
+    return self + " launch -n " + std::to_string(c.processes) + " -- " + self + job +
+           " --replicas 1 2>/dev/null";
+  }
+  // ddp-gloo: the same memory setting through glibc's environment variables.
+  return memory_mode_environment(memory) + " " + quote(f.python) + " " + quote(f.ddp_script) +
+         " --processes " + std::to_string(c.processes) + " --threads " +
+         std::to_string(c.threads) + " --batch " + std::to_string(f.batch) + " --steps " +
+         std::to_string(f.steps) + " --warmup " + std::to_string(f.warmup) + " 2>/dev/null";
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int run_bench_train(const BenchTrainFlags& f) {
+  std::vector<MemoryMode> memories;
+  if (f.memory == "both" || f.memory == "keep") memories.push_back(MemoryMode::kKeep);
+  if (f.memory == "both" || f.memory == "system") memories.push_back(MemoryMode::kSystem);
+  std::vector<Configuration> configs;
+  for (const Configuration& c : all_configurations()) {
+    if (f.configs.empty() || std::find(f.configs.begin(), f.configs.end(), c.name) != f.configs.end()) {
+      configs.push_back(c);
+    }
+  }
+  BenchTrainFlags flags = f;
+  if (flags.ddp_script.empty()) {
+    // Next to the source tree's bench/ folder: <root>/build/replicator → <root>/bench.
+    const std::filesystem::path exe = self_path();
+    for (std::filesystem::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path();
+         dir = dir.parent_path()) {
+      if (std::filesystem::exists(dir / "bench" / "ddp_train.py")) {
+        flags.ddp_script = (dir / "bench" / "ddp_train.py").string();
+        break;
+      }
+    }
+  }
+
+  // images/s per (configuration, memory), repeats interleaved.
+  std::map<std::pair<std::string, int>, std::vector<double>> rates;
+  for (int r = 0; r < f.repeats; ++r) {
+    for (const MemoryMode memory : memories) {
+      for (const Configuration& c : configs) {
+        if (c.engine == "ddp-gloo" && flags.ddp_script.empty()) {
+          throw ConfigError("bench/ddp_train.py not found next to the build; pass --ddp-script");
+        }
+        const std::string command = command_for(flags, c, memory);
+        const double rate = images_per_s_of(run_capture(command), command);
+        rates[{c.name, static_cast<int>(memory)}].push_back(rate);
+        if (!f.json) {
+          std::fprintf(stderr, "  repeat %d/%d %-13s memory=%-6s %8.0f images/s\n", r + 1,
+                       f.repeats, c.name.c_str(), memory == MemoryMode::kKeep ? "keep" : "system",
+                       rate);
+        }
+      }
+    }
+  }
+
+  const auto med = [&](const std::string& name, MemoryMode m) {
+    const auto it = rates.find({name, static_cast<int>(m)});
+    return it == rates.end() ? 0.0 : median(it->second);
+  };
+  if (!f.json) {
+    std::printf("# train throughput: batch %d, %d timed steps after %d, median [min..max] of %d runs\n",
+                f.batch, f.steps, f.warmup, f.repeats);
+    std::printf("%-13s %-9s %9s %8s %7s %-7s %10s %21s %9s\n", "config", "engine", "processes",
+                "replicas", "threads", "memory", "images/s", "[min..max]", "vs 1x1");
+  }
+  for (const MemoryMode memory : memories) {
+    const double base = med("local-1x1", memory);
+    for (const Configuration& c : configs) {
+      const std::vector<double>& v = rates[{c.name, static_cast<int>(memory)}];
+      const double m = median(v);
+      const char* mode = memory == MemoryMode::kKeep ? "keep" : "system";
+      if (f.json) {
+        Json j;
+        j["type"] = "train";
+        j["config"] = c.name;
+        j["engine"] = c.engine;
+        j["processes"] = c.processes;
+        j["replicas"] = c.replicas;
+        j["threads"] = c.threads;
+        j["memory"] = mode;
+        j["batch"] = f.batch;
+        j["images_per_s"] = m;
+        j["runs"] = v;
+        std::printf("%s\n", j.dump().c_str());
+      } else {
+        std::printf("%-13s %-9s %9d %8d %7d %-7s %10.0f   [%7.0f..%7.0f] %9s\n", c.name.c_str(),
+                    c.engine.c_str(), c.processes, c.replicas, c.threads, mode, m,
+                    *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()),
+                    base > 0 ? (std::to_string(m / base).substr(0, 4) + "x").c_str() : "-");
+      }
+    }
+  }
+  if (!f.json) {
+    const MemoryMode k = MemoryMode::kKeep;
+    const double two = med("local-2x1", k);
+    const auto ratio = [&](const char* label, double num, double den) {
+      if (num > 0 && den > 0) std::printf("# %-48s %.2f\n", label, num / den);
+    };
+    ratio("local 2x1 / local 1x1 (memory keep)", two, med("local-1x1", k));
+    ratio("local 2x1 / local 1 replica x 2 threads (keep)", two, med("local-1x2t", k));
+    ratio("local 2x1 / DDP gloo 2x1 (keep)", two, med("ddp-gloo-2x1", k));
+    ratio("memory keep / system, local 1x1", med("local-1x1", k), med("local-1x1", MemoryMode::kSystem));
+    ratio("memory keep / system, local 2x1", two, med("local-2x1", MemoryMode::kSystem));
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench_train(CLI::App& bench) {
+  auto flags = std::make_shared<BenchTrainFlags>();
+  CLI::App* app = bench.add_subcommand(
+      "train", "Training throughput (images/s) of the train job in several layouts, and PyTorch DDP");
+  app->add_option("--steps", flags->steps, "Timed steps per run")->check(CLI::Range(1, 100000));
+  app->add_option("--warmup", flags->warmup, "Untimed steps before them")->check(CLI::Range(0, 100000));
+  app->add_option("--repeats", flags->repeats, "Runs per configuration (median reported)")
+      ->check(CLI::Range(1, 100));
+  app->add_option("--batch", flags->batch, "Global batch")->check(CLI::Range(2, 1 << 20));
+  app->add_option("--memory", flags->memory, "keep, system or both")
+      ->check(CLI::IsMember({"keep", "system", "both"}));
+  app->add_option("--configs", flags->configs,
+                  "Subset of: local-1x1 local-1x2t local-2x1 mpi-2x1 gloo-2x1 ddp-gloo-2x1");
+  app->add_option("--python", flags->python, "Python with torch, for the DDP run");
+  app->add_option("--ddp-script", flags->ddp_script, "Path of bench/ddp_train.py");
+  app->add_flag("--json", flags->json, "One JSON object per configuration and memory setting");
+  return {app, [flags] { return run_bench_train(*flags); }};
+}
+
+}  // namespace replicator::apps

@@ -1,0 +1,320 @@
+#include "apps/train/classifier.h"
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <optional>
+
+#include "apps/train/resnet.h"
+#include "replicator/data/fashion_mnist.h"
+#include "replicator/data/sharded_loader.h"
+#include "replicator/errors.h"
+#include "replicator/replicator.h"
+#include "replicator/torch.h"
+
+namespace replicator::apps {
+namespace {
+
+namespace rt = replicator::torch;
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::ordered_json;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Linear warm-up over the first 5% of the steps, then cosine decay to zero.
+double learning_rate(const TrainOptions& o, std::int64_t step, std::int64_t total) {
+  const double peak = o.lr * static_cast<double>(o.batch) / 256.0;
+  const std::int64_t warm = std::max<std::int64_t>(1, total / 20);
+  if (step < warm) return peak * static_cast<double>(step + 1) / static_cast<double>(warm);
+  const double t = static_cast<double>(step - warm) / static_cast<double>(std::max<std::int64_t>(1, total - warm));
+  return 0.5 * peak * (1.0 + std::cos(M_PI * std::min(1.0, t)));
+}
+
+void set_learning_rate(::torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) {
+    static_cast<::torch::optim::SGDOptions&>(group.options()).lr(lr);
+  }
+}
+
+// FNV-1a over every parameter's and buffer's bytes.
+std::uint64_t digest_of(::torch::nn::Module& model) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  const auto add = [&](const ::torch::Tensor& t) {
+    const ::torch::Tensor c = t.contiguous();
+    const auto* p = static_cast<const unsigned char*>(c.data_ptr());
+    for (std::int64_t i = 0; i < c.numel() * static_cast<std::int64_t>(c.element_size()); ++i) {
+      h = (h ^ p[i]) * 0x100000001b3ULL;
+    }
+  };
+  for (const ::torch::Tensor& t : model.parameters()) add(t);
+  for (const ::torch::Tensor& t : model.buffers()) add(t);
+  return h;
+}
+
+std::string hex(std::uint64_t v) {
+  char text[19];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
+  return text;
+}
+
+std::string clock_text(double seconds) {
+  const auto s = static_cast<long long>(std::max(0.0, seconds));
+  char text[32];
+  std::snprintf(text, sizeof text, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+  return text;
+}
+
+struct Evaluation {
+  double accuracy = 0;
+  double loss = 0;
+};
+
+// Each replica evaluates its shard of the test set (eval-mode batch norm: no collectives
+// per batch); one all_reduce sums [correct, count, loss].
+Evaluation evaluate(ReplicaContext& ctx, ResNet& model, data::ShardedLoader& loader) {
+  const ::torch::NoGradGuard no_grad;
+  model->eval();
+  double sums[3] = {0, 0, 0};
+  loader.start_epoch(0);
+  while (std::optional<data::Batch> batch = loader.next()) {
+    if (batch->images.size(0) == 0) continue;
+    const ::torch::Tensor logits = model->forward(batch->images);
+    sums[0] += logits.argmax(1).eq(batch->labels).sum().item<double>();
+    sums[1] += static_cast<double>(batch->labels.size(0));
+    sums[2] += ::torch::nn::functional::cross_entropy(
+                   logits, batch->labels,
+                   ::torch::nn::functional::CrossEntropyFuncOptions().reduction(::torch::kSum))
+                   .item<double>();
+  }
+  ctx.all_reduce(sums);
+  model->train();
+  return {sums[0] / sums[1], sums[2] / sums[1]};
+}
+
+// What replica 0 prints and writes.
+class Reporter {
+ public:
+  Reporter(const TrainOptions& o, std::int64_t total_steps)
+      : options_(o), total_steps_(total_steps), terminal_(o.progress && ::isatty(2) == 1) {
+    if (!o.out.empty()) {
+      std::filesystem::create_directories(o.out);
+      metrics_.open(o.out / "metrics.jsonl", std::ios::app);
+      if (!metrics_) {
+        throw DataError("cannot write " + (o.out / "metrics.jsonl").string(),
+                        (o.out / "metrics.jsonl").string());
+      }
+    }
+  }
+
+  void train(std::int64_t epoch, std::int64_t step, std::int64_t steps_to_run, double loss,
+             double lr, double images_per_s, double elapsed) {
+    const double per_step = elapsed / static_cast<double>(std::max<std::int64_t>(1, done_));
+    const double eta = per_step * static_cast<double>(steps_to_run - done_);
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "epoch %lld/%d  step %lld/%lld  loss %.4f  %.0f images/s  ETA %s",
+                  static_cast<long long>(epoch + 1), options_.epochs,
+                  static_cast<long long>(step), static_cast<long long>(total_steps_), loss,
+                  images_per_s, clock_text(eta).c_str());
+    if (terminal_) {
+      std::fprintf(stderr, "\r%-90s", line);
+    } else if (done_ >= next_plain_) {
+      std::fprintf(stderr, "%s\n", line);
+      next_plain_ = done_ + std::max<std::int64_t>(1, steps_to_run / 10);
+    }
+    write({{"type", "train"}, {"epoch", epoch}, {"step", step}, {"loss", loss}, {"lr", lr},
+           {"images_per_s", images_per_s}, {"elapsed_s", elapsed}});
+  }
+  void count_step() { ++done_; }
+
+  void evaluation(std::int64_t epoch, std::int64_t step, const Evaluation& e) {
+    if (terminal_) std::fprintf(stderr, "\n");
+    std::fprintf(stderr, "epoch %lld: test accuracy %.4f, test loss %.4f\n",
+                 static_cast<long long>(epoch + 1), e.accuracy, e.loss);
+    write({{"type", "eval"}, {"epoch", epoch}, {"step", step}, {"test_accuracy", e.accuracy},
+           {"test_loss", e.loss}});
+  }
+
+  void finish() {
+    if (terminal_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  void write(const Json& j) {
+    if (metrics_.is_open()) metrics_ << j.dump() << '\n' << std::flush;
+  }
+
+  const TrainOptions& options_;
+  std::int64_t total_steps_;
+  bool terminal_;
+  std::ofstream metrics_;
+  std::int64_t done_ = 0;
+  std::int64_t next_plain_ = 0;
+};
+
+}  // namespace
+
+TrainResult train_classifier(const TrainOptions& o) {
+  if (o.epochs < 1) throw InvalidArgument("epochs must be at least 1, got " + std::to_string(o.epochs));
+  if (o.batch < 1) throw InvalidArgument("batch must be at least 1, got " + std::to_string(o.batch));
+  if (o.threads < 1) throw InvalidArgument("threads must be at least 1, got " + std::to_string(o.threads));
+  at::set_num_threads(o.threads);
+
+  const std::filesystem::path dir = o.data_dir.empty() ? data::default_fashion_mnist_dir() : o.data_dir;
+  const auto train_set = std::make_shared<const data::Examples>(data::read_fashion_mnist(dir, data::Split::kTrain));
+  const auto test_set = std::make_shared<const data::Examples>(data::read_fashion_mnist(dir, data::Split::kTest));
+
+  Replicator replicator(o.config);
+  const int R = replicator.num_replicas();
+  if (o.batch % R != 0) {
+    throw InvalidArgument("the global batch (" + std::to_string(o.batch) +
+                          ") must be a multiple of the number of replicas (" +
+                          std::to_string(R) + ")");
+  }
+  std::mutex init_mutex;
+
+  const auto train_replica = [&](ReplicaContext& ctx) {
+    TrainResult result;
+    result.reporter = ctx.replica_id() == 0;
+    result.replicas = R;
+    result.local_replicas = ctx.num_local_replicas();
+    result.processes = R / ctx.num_local_replicas();
+
+    // Every replica builds the same model from the same seed (the default generator is
+    // shared by the threads, hence the lock), then takes replica 0's parameters anyway.
+    ResNet model{nullptr};
+    {
+      const std::lock_guard<std::mutex> lock(init_mutex);
+      ::torch::manual_seed(o.seed);
+      model = ResNet(ResNetOptions{});
+    }
+    rt::broadcast_parameters(ctx, *model);
+    auto sgd = std::make_shared<::torch::optim::SGD>(
+        model->parameters(), ::torch::optim::SGDOptions(o.lr)
+                                 .momentum(o.momentum)
+                                 .nesterov(o.momentum > 0)
+                                 .weight_decay(o.weight_decay));
+    rt::ReplicatedOptimizer optimizer(ctx, sgd, {.bucket_bytes = o.bucket_bytes, .overlap = o.overlap});
+
+    data::ShardedLoader loader(train_set, {.global_batch = o.batch,
+                                           .replica = ctx.replica_id(),
+                                           .num_replicas = R,
+                                           .seed = o.seed,
+                                           .augment = o.augment});
+    const std::int64_t eval_batch = (1000 + R - 1) / R * R;
+    data::ShardedLoader test_loader(test_set, {.global_batch = eval_batch,
+                                               .replica = ctx.replica_id(),
+                                               .num_replicas = R,
+                                               .shuffle = false,
+                                               .drop_last = false});
+    const std::int64_t per_epoch = loader.batches_per_epoch();
+    const std::int64_t total = per_epoch * o.epochs;
+
+    rt::TrainingPosition position;
+    if (!o.resume.empty()) position = rt::load_checkpoint(o.resume, *model, *sgd);
+    const std::int64_t last = o.max_steps > 0 ? std::min(total, o.max_steps) : total;
+    const std::int64_t steps_to_run = std::max<std::int64_t>(0, last - position.step);
+
+    std::optional<Reporter> reporter;
+    if (result.reporter) reporter.emplace(o, total);
+    const auto checkpoint = [&](const rt::TrainingPosition& p) {
+      if (result.reporter && !o.out.empty()) {
+        rt::save_checkpoint(o.out / "checkpoint.pt", *model, *sgd, p);
+      }
+    };
+
+    const std::int64_t log_every = std::max<std::int64_t>(1, per_epoch / 20);
+    double window[2] = {0, 0};  // loss sum, steps since the last report
+    std::int64_t step = position.step;
+    std::int64_t timed_steps = 0;
+    const Clock::time_point started = Clock::now();
+    Clock::time_point timed_from = started;
+    bool stopped = false;
+    for (std::int64_t epoch = position.epoch; epoch < o.epochs && !stopped; ++epoch) {
+      loader.start_epoch(epoch, epoch == position.epoch ? position.batch : 0);
+      while (std::optional<data::Batch> batch = loader.next()) {
+        if (step >= last) {
+          stopped = true;
+          checkpoint({.step = step, .epoch = epoch, .batch = batch->index});
+          break;
+        }
+        if (step - position.step == o.timed_after) timed_from = Clock::now();
+        const double lr = learning_rate(o, step, total);
+        set_learning_rate(*sgd, lr);
+        optimizer.zero_grad();
+        const ::torch::Tensor loss =
+            ::torch::nn::functional::cross_entropy(model->forward(batch->images), batch->labels);
+        loss.backward();
+        optimizer.step();
+        ++step;
+        if (step - position.step > o.timed_after) ++timed_steps;
+        window[0] += loss.item<double>();
+        window[1] += 1;
+        if (reporter) reporter->count_step();
+        if (step % log_every == 0 || batch->index + 1 == per_epoch) {
+          ctx.all_reduce(window);
+          if (reporter) {
+            const double timed = seconds_since(timed_from);
+            const double rate = timed_steps > 0 ? static_cast<double>(timed_steps * o.batch) / timed : 0;
+            reporter->train(epoch, step, steps_to_run, window[0] / window[1], lr, rate,
+                            seconds_since(started));
+          }
+          window[0] = window[1] = 0;
+        }
+        if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) {
+          checkpoint({.step = step, .epoch = epoch, .batch = batch->index + 1});
+        }
+      }
+      if (stopped) break;
+      if (o.evaluate) {
+        const Evaluation e = evaluate(ctx, model, test_loader);
+        result.test_accuracy = e.accuracy;
+        if (reporter) reporter->evaluation(epoch, step, e);
+      }
+      checkpoint({.step = step, .epoch = epoch + 1, .batch = 0});
+      if (step >= last) stopped = true;
+    }
+    result.seconds = seconds_since(started);
+    const double timed = seconds_since(timed_from);
+    result.images_per_s = timed_steps > 0 ? static_cast<double>(timed_steps * o.batch) / timed : 0;
+    result.steps = step;
+    if (reporter) reporter->finish();
+
+    // Replicas must end identical; a difference would be a silent divergence.
+    const std::uint64_t mine = digest_of(*model);
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(R));
+    ctx.all_gather(std::span(reinterpret_cast<const std::int64_t*>(&mine), 1),
+                   std::span(reinterpret_cast<std::int64_t*>(all.data()), all.size()));
+    for (int r = 0; r < R; ++r) {
+      if (all[static_cast<std::size_t>(r)] != mine) {
+        throw Error("replica " + std::to_string(r) + " ended with parameters different from replica " +
+                    std::to_string(ctx.replica_id()) + "'s (digest " + hex(all[static_cast<std::size_t>(r)]) +
+                    " vs " + hex(mine) + ")");
+      }
+    }
+    result.digest = hex(mine);
+    return result;
+  };
+  auto results = replicator.run([&](ReplicaContext& ctx) {
+    try {
+      return train_replica(ctx);
+    } catch (const c10::Error& e) {
+      // LibTorch's messages carry a C++ backtrace; the sentence is what a user needs.
+      throw Error(std::string("LibTorch: ") + e.what_without_backtrace());
+    }
+  });
+  for (int local = 0; local < replicator.num_local_replicas(); ++local) {
+    if (results[local].reporter) return results[local];
+  }
+  return results[0];
+}
+
+}  // namespace replicator::apps

@@ -1,0 +1,136 @@
+// `replicator train classifier`: the train job (apps/train/classifier.h) from the command
+// line. Prints the final test accuracy (and, with --json, one JSON object on stdout).
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "apps/command.h"
+#include "apps/engine_choice.h"
+#include "apps/memory.h"
+#include "apps/train/classifier.h"
+#include "replicator/errors.h"
+
+namespace replicator::apps {
+namespace {
+
+struct TrainFlags {
+  TrainOptions options;
+  std::string engine;
+  int replicas = 2;
+  CLI::Option* replicas_option = nullptr;
+  std::string memory = "keep";
+  std::string timeout;
+  std::string data_dir;
+  std::string out;
+  std::string resume;
+  std::int64_t bucket_kib = 25 * 1024;
+  bool no_overlap = false;
+  bool no_augment = false;
+  bool no_eval = false;
+  bool json = false;
+};
+
+int run_train(const TrainFlags& f) {
+  const MemoryMode memory = parse_memory_mode(f.memory);
+  apply_memory_mode(memory);
+  TrainOptions o = f.options;
+  o.config = config_for_engine(f.engine, "train classifier");
+  if (f.replicas_option->count() > 0 || o.config.engine == Engine::kLocal) {
+    o.config.set("local-replicas", std::to_string(f.replicas));
+  }
+  if (!f.timeout.empty()) o.config.set("timeout", f.timeout);
+  o.data_dir = f.data_dir;
+  o.out = f.out;
+  o.resume = f.resume;
+  if (f.bucket_kib < 1) throw ConfigError("--bucket-kib must be at least 1");
+  o.bucket_bytes = static_cast<std::size_t>(f.bucket_kib) << 10;
+  o.overlap = !f.no_overlap;
+  o.augment = !f.no_augment;
+  o.evaluate = !f.no_eval;
+
+  const TrainResult r = train_classifier(o);
+  if (!r.reporter) return 0;
+  std::fprintf(stderr,
+               "trained %lld steps on %d replicas (%d processes x %d) in %.1f s: %.0f images/s",
+               static_cast<long long>(r.steps), r.replicas, r.processes, r.local_replicas,
+               r.seconds, r.images_per_s);
+  if (r.test_accuracy >= 0) std::fprintf(stderr, ", test accuracy %.4f", r.test_accuracy);
+  std::fprintf(stderr, "; parameters digest %s\n", r.digest.c_str());
+  if (f.json) {
+    nlohmann::ordered_json j;
+    j["type"] = "train";
+    j["engine"] = std::string(to_string(o.config.engine));
+    j["replicas"] = r.replicas;
+    j["local_replicas"] = r.local_replicas;
+    j["processes"] = r.processes;
+    j["threads"] = o.threads;
+    j["memory"] = f.memory;
+    j["batch"] = o.batch;
+    j["bucket_bytes"] = o.bucket_bytes;
+    j["overlap"] = o.overlap;
+    j["steps"] = r.steps;
+    j["seconds"] = r.seconds;
+    j["images_per_s"] = r.images_per_s;
+    j["test_accuracy"] = r.test_accuracy;
+    j["digest"] = r.digest;
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_train_classifier(CLI::App& train) {
+  auto flags = std::make_shared<TrainFlags>();
+  TrainOptions& o = flags->options;
+  CLI::App* app = train.add_subcommand(
+      "classifier", "Train a small ResNet with cross-replica batch norm on Fashion-MNIST");
+  flags->replicas_option =
+      app->add_option("--replicas", flags->replicas,
+                      "Replicas (threads) in this process; default 2 on the local engine, "
+                      "REPLICATOR_LOCAL_REPLICAS or 1 across processes")
+          ->check(CLI::Range(1, 1024));
+  app->add_option("--engine", flags->engine,
+                  "local, mpi or gloo; must match how the processes were started (default: "
+                  "what the environment selects)")
+      ->check(CLI::IsMember({"local", "mpi", "gloo"}));
+  app->add_option("--epochs", o.epochs, "Epochs over the training set")->check(CLI::Range(1, 100000));
+  app->add_option("--batch", o.batch, "Global batch, split evenly over the replicas")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  app->add_option("--lr", o.lr, "Peak learning rate per 256 examples of batch");
+  app->add_option("--momentum", o.momentum, "SGD momentum (Nesterov)");
+  app->add_option("--weight-decay", o.weight_decay, "SGD weight decay");
+  app->add_option("--seed", o.seed, "Seed of the initialisation, shuffling and augmentation");
+  app->add_option("--data", flags->data_dir,
+                  "Folder of the Fashion-MNIST .gz files (default /usr/share/datasets/fashion-mnist)");
+  app->add_option("--out", flags->out, "Folder for metrics.jsonl and checkpoint.pt");
+  app->add_option("--resume", flags->resume, "Continue from this checkpoint");
+  app->add_option("--checkpoint-every", o.checkpoint_every,
+                  "Steps between checkpoints (one is always written at each epoch's end)")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--steps", o.max_steps,
+                  "Stop after this many steps in total (0: all epochs); the learning-rate "
+                  "schedule still spans all epochs")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--timed-after", o.timed_after, "images/s counts only the steps after these")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--threads", o.threads, "LibTorch intra-op threads per process")
+      ->check(CLI::Range(1, 1024));
+  app->add_option("--bucket-kib", flags->bucket_kib, "Gradient bucket size in KiB");
+  app->add_flag("--no-overlap", flags->no_overlap,
+                "Reduce all gradient buckets after backward instead of from within it");
+  app->add_flag("--no-augment", flags->no_augment, "No random flips and shifts");
+  app->add_flag("--no-eval", flags->no_eval, "Skip the test-set evaluation");
+  app->add_flag("--no-progress", [&o](std::int64_t) { o.progress = false; },
+                "No progress line on the terminal");
+  app->add_option("--memory", flags->memory,
+                  "keep (default): freed memory stays mapped for reuse; system: glibc's defaults")
+      ->check(CLI::IsMember({"keep", "system"}));
+  app->add_option("--timeout", flags->timeout, "Deadline of every collective, e.g. 30s");
+  app->add_flag("--json", flags->json, "Print the result as one JSON object on stdout");
+  return {app, [flags] { return run_train(*flags); }};
+}
+
+}  // namespace replicator::apps

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""The peer of `replicator bench train`: PyTorch DDP over gloo on the same network, data,
+batch and memory setting (the caller sets glibc's malloc variables). Batch norm is per
+process (PyTorch's SyncBatchNorm has no CPU implementation). Prints one JSON line:
+{"type": "train", "engine": "ddp-gloo", ..., "images_per_s": ...} from rank 0."""
+import argparse
+import gzip
+import json
+import os
+import socket
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+import torch.nn.functional as F
+
+DATA = "/usr/share/datasets/fashion-mnist"
+
+
+class Block(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.project = None
+        if stride != 1 or cin != cout:
+            self.project = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                         nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return F.relu(y + (x if self.project is None else self.project(x)))
+
+
+class ResNet(nn.Module):
+    """apps/train/resnet.h: 3x3 stem, one block per stage at 16/32/64 channels, pool, linear."""
+
+    def __init__(self, widths=(16, 32, 64), classes=10):
+        super().__init__()
+        self.stem = nn.Conv2d(1, widths[0], 3, 1, 1, bias=False)
+        self.stem_bn = nn.BatchNorm2d(widths[0])
+        blocks, cin = [], widths[0]
+        for i, w in enumerate(widths):
+            blocks.append(Block(cin, w, 1 if i == 0 else 2))
+            cin = w
+        self.blocks = nn.Sequential(*blocks)
+        self.head = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        x = self.blocks(F.relu(self.stem_bn(self.stem(x))))
+        return self.head(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def load_train():
+    with gzip.open(os.path.join(DATA, "train-images-idx3-ubyte.gz")) as f:
+        x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 1, 28, 28)
+    with gzip.open(os.path.join(DATA, "train-labels-idx1-ubyte.gz")) as f:
+        y = np.frombuffer(f.read(), np.uint8, offset=8)
+    x = torch.tensor(x).float().div_(255).sub_(0.2860).div_(0.3530)
+    return x, torch.tensor(y).long()
+
+
+def worker(rank, args, port, queue):
+    torch.set_num_threads(args.threads)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=args.processes)
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(ResNet())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True,
+                          weight_decay=5e-4)
+    x, y = load_train()
+    per = args.batch // args.processes
+    g = torch.Generator().manual_seed(0)
+    perm = torch.randperm(len(x), generator=g)
+    start = None
+    for step in range(args.warmup + args.steps):
+        if step == args.warmup:
+            dist.barrier()
+            start = time.perf_counter()
+        base = (step * args.batch) % (len(x) - args.batch)
+        idx = perm[base + rank * per: base + (rank + 1) * per]
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x[idx]), y[idx])
+        loss.backward()
+        opt.step()
+    dist.barrier()
+    seconds = time.perf_counter() - start
+    if rank == 0:
+        queue.put(args.steps * args.batch / seconds)
+    dist.destroy_process_group()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--processes", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--warmup", type=int, default=10)
+    args = p.parse_args()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    mp.spawn(worker, args=(args, port, queue), nprocs=args.processes, join=True)
+    rate = queue.get()
+    print(json.dumps({"type": "train", "engine": "ddp-gloo", "processes": args.processes,
+                      "replicas": args.processes, "threads": args.threads,
+                      "batch": args.batch, "steps": args.steps, "images_per_s": rate}))
+
+
+if __name__ == "__main__":
+    main()

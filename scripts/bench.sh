@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The benchmarks: installs what is missing, builds, then runs the collective benchmark
+# (2 replicas), our all_reduce beside plain MPI_Allreduce, and the training throughput
+# beside PyTorch DDP. Takes ~15 minutes; run it on a quiet machine.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+"$root/scripts/install_deps.sh"
+"$root/scripts/build.sh" "$root/build" -DREPLICATOR_BUILD_TESTS=OFF
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+"$root/build/replicator" bench collectives --replicas 2
+BUILD_DIR="$root/build" "$root/bench/compare_mpi.sh"
+"$root/build/replicator" bench train
