@@ -21,6 +21,7 @@
 
 #include "replicator/errors.h"
 #include "replicator/torch/tensor_collectives.h"
+#include "src/torch/batch_norm_kernels.h"
 
 namespace replicator::torch {
 namespace {
@@ -50,6 +51,51 @@ void reduce_if_replicated(ReplicaContext* ctx, const ::torch::Tensor& sums) {
   if (ctx != nullptr && ctx->num_replicas() > 1) all_reduce(*ctx, sums);
 }
 
+// The fast loops (batch_norm_kernels.h) take contiguous float32; other inputs go through
+// LibTorch operations with the same arithmetic.
+bool fast(const ::torch::Tensor& t) {
+  return t.scalar_type() == ::torch::kFloat32 && t.is_contiguous() && t.numel() > 0;
+}
+
+detail::Shape shape_of(const ::torch::Tensor& x) {
+  const std::int64_t n = x.size(0), c = x.size(1);
+  return {n, c, x.numel() / (n * c)};
+}
+
+::torch::Tensor f64(const ::torch::Tensor& t) { return t.to(::torch::kFloat64); }
+
+// This replica's per-channel count, mean and sum of squared deviations (M2), in f64.
+struct Moments {
+  double count = 0;
+  ::torch::Tensor mean, m2;
+};
+
+Moments local_moments(const ::torch::Tensor& x) {
+  const std::int64_t channels = x.size(1);
+  Moments m;
+  m.count = static_cast<double>(x.numel() / channels);
+  if (m.count == 0) {
+    m.mean = m.m2 = ::torch::zeros({channels}, x.options().dtype(::torch::kFloat64));
+    return m;
+  }
+  if (fast(x)) {
+    // Sums shifted by each channel's first value, so that a large mean does not cancel.
+    const detail::Shape shape = shape_of(x);
+    const ::torch::Tensor shift = x.view({shape.n, shape.c, shape.s}).select(0, 0).select(1, 0).contiguous();
+    ::torch::Tensor sum = ::torch::empty({channels}, x.options().dtype(::torch::kFloat64));
+    ::torch::Tensor sumsq = ::torch::empty_like(sum);
+    detail::shifted_channel_sums(x.data_ptr<float>(), shape, shift.data_ptr<float>(),
+                                 sum.data_ptr<double>(), sumsq.data_ptr<double>());
+    m.mean = f64(shift) + sum / m.count;
+    m.m2 = (sumsq - sum.square() / m.count).clamp_min(0);
+  } else {
+    const auto [var, mean] = ::torch::var_mean(x, reduce_dims(x), /*unbiased=*/false);
+    m.mean = f64(mean);
+    m.m2 = f64(var) * m.count;
+  }
+  return m;
+}
+
 struct Statistics {
   ::torch::Tensor mean;  // [C], f64
   ::torch::Tensor var;   // [C], f64, biased
@@ -58,14 +104,12 @@ struct Statistics {
 
 Statistics global_statistics(ReplicaContext* ctx, const ::torch::Tensor& x) {
   const std::int64_t channels = x.size(1);
-  const auto [local_var, local_mean] = ::torch::var_mean(x, reduce_dims(x), /*unbiased=*/false);
-  const double n = static_cast<double>(x.numel() / std::max<std::int64_t>(channels, 1));
-  const ::torch::Tensor m = local_mean.to(::torch::kFloat64);
-  ::torch::Tensor sums = ::torch::empty({3 * channels + 1}, m.options());
-  sums.narrow(0, 0, channels).copy_(m * n);
-  sums.narrow(0, channels, channels).copy_(local_var.to(::torch::kFloat64) * n);
-  sums.narrow(0, 2 * channels, channels).copy_(m.square() * n);
-  sums[3 * channels].fill_(n);
+  const Moments local = local_moments(x);
+  ::torch::Tensor sums = ::torch::empty({3 * channels + 1}, local.mean.options());
+  sums.narrow(0, 0, channels).copy_(local.mean * local.count);
+  sums.narrow(0, channels, channels).copy_(local.m2);
+  sums.narrow(0, 2 * channels, channels).copy_(local.mean.square() * local.count);
+  sums[3 * channels].fill_(local.count);
   reduce_if_replicated(ctx, sums);
   Statistics s;
   s.count = sums[3 * channels].item<double>();
@@ -84,13 +128,23 @@ Statistics global_statistics(ReplicaContext* ctx, const ::torch::Tensor& x) {
 class CrossReplicaBatchNormFunction
     : public ::torch::autograd::Function<CrossReplicaBatchNormFunction> {
  public:
-  // `mean` and `var` are the global statistics in x's dtype; weight/bias may be undefined.
+  // `mean` and `var` are the global statistics in x's dtype; weight and bias are defined
+  // (ones and zeros without affine: a custom function cannot take undefined tensors).
   static variable_list forward(AutogradContext* actx, ::torch::Tensor x, ::torch::Tensor weight,
                                ::torch::Tensor bias, ::torch::Tensor mean, ::torch::Tensor var,
                                double eps, double count, ReplicaContext* ctx) {
-    const ::torch::Tensor y = ::torch::batch_norm(x, weight, bias, mean, var, /*training=*/false,
-                                                  0.0, eps, /*cudnn_enabled=*/false);
-    const ::torch::Tensor invstd = (var.to(::torch::kFloat64) + eps).rsqrt().to(x.scalar_type());
+    const ::torch::Tensor invstd = (f64(var) + eps).rsqrt().to(x.scalar_type());
+    ::torch::Tensor y;
+    if (fast(x)) {
+      const ::torch::Tensor scale = (f64(weight) * f64(invstd)).to(::torch::kFloat32);
+      const ::torch::Tensor offset = (f64(bias) - f64(mean) * f64(scale)).to(::torch::kFloat32);
+      y = ::torch::empty_like(x);
+      detail::channel_affine(x.data_ptr<float>(), shape_of(x), scale.data_ptr<float>(),
+                             offset.data_ptr<float>(), y.data_ptr<float>());
+    } else {
+      y = ::torch::batch_norm(x, weight, bias, mean, var, /*training=*/false, 0.0, eps,
+                              /*cudnn_enabled=*/false);
+    }
     actx->save_for_backward({x, weight, mean, invstd});
     actx->saved_data["count"] = count;
     actx->saved_data["ctx"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(ctx));
@@ -107,30 +161,52 @@ class CrossReplicaBatchNormFunction
     ReplicaContext* ctx = context_from(actx->saved_data["ctx"]);
     const ::torch::Tensor dy = grads[0].contiguous();
     const std::int64_t channels = x.size(1);
+    const bool use_loops = fast(x) && fast(dy);
 
-    // Local Σdy·x̂ and Σdy in one pass of LibTorch's kernel (given the global statistics).
-    const auto [unused, local_dy_xhat, local_dy] = ::torch::native_batch_norm_backward(
-        dy, x, weight, /*running_mean=*/{}, /*running_var=*/{}, mean, invstd, /*train=*/true,
-        /*eps=*/0.0, {false, true, true});
+    // Local Σdy and Σdy·x̂ (one pass).
     ::torch::Tensor sums = ::torch::empty({2 * channels}, x.options().dtype(::torch::kFloat64));
-    sums.narrow(0, 0, channels).copy_(local_dy);
-    sums.narrow(0, channels, channels).copy_(local_dy_xhat);
+    if (use_loops) {
+      ::torch::Tensor centered = ::torch::empty({channels}, sums.options());
+      detail::gradient_sums(dy.data_ptr<float>(), x.data_ptr<float>(), shape_of(x),
+                            mean.data_ptr<float>(), sums.data_ptr<double>(),
+                            centered.data_ptr<double>());
+      sums.narrow(0, channels, channels).copy_(centered * f64(invstd));
+    } else if (x.numel() > 0) {
+      const auto [unused, local_dy_xhat, local_dy] = ::torch::native_batch_norm_backward(
+          dy, x, weight, /*running_mean=*/{}, /*running_var=*/{}, mean, invstd, /*train=*/true,
+          /*eps=*/0.0, {false, true, true});
+      sums.narrow(0, 0, channels).copy_(local_dy);
+      sums.narrow(0, channels, channels).copy_(local_dy_xhat);
+    } else {
+      sums.zero_();
+    }
+    const ::torch::Tensor grad_bias = sums.narrow(0, 0, channels).to(weight.scalar_type());
+    const ::torch::Tensor grad_weight = sums.narrow(0, channels, channels).to(weight.scalar_type());
     reduce_if_replicated(ctx, sums);
 
-    // dx = s·(dy − k1 − (x − mean)·invstd·k2) with s = w·invstd = dy·s + x·b + c.
-    const ::torch::Tensor inv = invstd.to(::torch::kFloat64);
-    ::torch::Tensor scale = inv;
-    if (weight.defined()) scale = scale * weight.to(::torch::kFloat64);
+    // dx = s·(dy − k1 − (x − mean)·invstd·k2) with s = w·invstd, i.e. dy·s + x·b + c.
+    const ::torch::Tensor inv = f64(invstd);
+    const ::torch::Tensor scale = inv * f64(weight);
     const ::torch::Tensor k1 = sums.narrow(0, 0, channels) / count;
     const ::torch::Tensor k2 = sums.narrow(0, channels, channels) / count;
     const ::torch::Tensor b = -scale * inv * k2;
-    const ::torch::Tensor c = -scale * k1 - b * mean.to(::torch::kFloat64);
-    const auto as_x = [&](const ::torch::Tensor& v) { return per_channel(v.to(x.scalar_type()), x); };
-    ::torch::Tensor dx = ::torch::addcmul(as_x(c), dy, as_x(scale));
-    dx.addcmul_(x, as_x(b));
-
-    if (!weight.defined()) return {dx, {}, {}, {}, {}, {}, {}, {}};
-    return {dx, local_dy_xhat, local_dy, {}, {}, {}, {}, {}};
+    const ::torch::Tensor c = -scale * k1 - b * f64(mean);
+    ::torch::Tensor dx;
+    if (use_loops) {
+      const ::torch::Tensor a32 = scale.to(::torch::kFloat32), b32 = b.to(::torch::kFloat32),
+                            c32 = c.to(::torch::kFloat32);
+      dx = ::torch::empty_like(x);
+      detail::input_gradient(dy.data_ptr<float>(), x.data_ptr<float>(), shape_of(x),
+                             a32.data_ptr<float>(), b32.data_ptr<float>(), c32.data_ptr<float>(),
+                             dx.data_ptr<float>());
+    } else {
+      const auto as_x = [&](const ::torch::Tensor& v) {
+        return per_channel(v.to(x.scalar_type()), x);
+      };
+      dx = ::torch::addcmul(as_x(c), dy, as_x(scale));
+      dx.addcmul_(x, as_x(b));
+    }
+    return {dx, grad_weight, grad_bias, {}, {}, {}, {}, {}};
   }
 };
 

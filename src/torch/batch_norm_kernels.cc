@@ -1,0 +1,74 @@
+#include "src/torch/batch_norm_kernels.h"
+
+#include <algorithm>
+
+namespace replicator::torch::detail {
+void shifted_channel_sums(const float* x, Shape shape, const float* shift, double* sum,
+                          double* sumsq) {
+  std::fill(sum, sum + shape.c, 0.0);
+  std::fill(sumsq, sumsq + shape.c, 0.0);
+  for (std::int64_t i = 0; i < shape.n; ++i) {
+    for (std::int64_t c = 0; c < shape.c; ++c) {
+      const float* row = x + (i * shape.c + c) * shape.s;
+      const double k = shift[c];
+      double s = 0, q = 0;
+#pragma omp simd reduction(+ : s, q)
+      for (std::int64_t j = 0; j < shape.s; ++j) {
+        const double d = row[j] - k;
+        s += d;
+        q += d * d;
+      }
+      sum[c] += s;
+      sumsq[c] += q;
+    }
+  }
+}
+
+void channel_affine(const float* x, Shape shape, const float* scale, const float* offset,
+                    float* y) {
+  for (std::int64_t i = 0; i < shape.n; ++i) {
+    for (std::int64_t c = 0; c < shape.c; ++c) {
+      const std::int64_t base = (i * shape.c + c) * shape.s;
+      const float a = scale[c], b = offset[c];
+#pragma omp simd
+      for (std::int64_t j = 0; j < shape.s; ++j) y[base + j] = x[base + j] * a + b;
+    }
+  }
+}
+
+void gradient_sums(const float* dy, const float* x, Shape shape, const float* center,
+                   double* sum_dy, double* sum_dy_centered) {
+  std::fill(sum_dy, sum_dy + shape.c, 0.0);
+  std::fill(sum_dy_centered, sum_dy_centered + shape.c, 0.0);
+  for (std::int64_t i = 0; i < shape.n; ++i) {
+    for (std::int64_t c = 0; c < shape.c; ++c) {
+      const std::int64_t base = (i * shape.c + c) * shape.s;
+      const double m = center[c];
+      double s = 0, q = 0;
+#pragma omp simd reduction(+ : s, q)
+      for (std::int64_t j = 0; j < shape.s; ++j) {
+        const double g = dy[base + j];
+        s += g;
+        q += g * (x[base + j] - m);
+      }
+      sum_dy[c] += s;
+      sum_dy_centered[c] += q;
+    }
+  }
+}
+
+void input_gradient(const float* dy, const float* x, Shape shape, const float* a, const float* b,
+                    const float* k, float* dx) {
+  for (std::int64_t i = 0; i < shape.n; ++i) {
+    for (std::int64_t c = 0; c < shape.c; ++c) {
+      const std::int64_t base = (i * shape.c + c) * shape.s;
+      const float ac = a[c], bc = b[c], kc = k[c];
+#pragma omp simd
+      for (std::int64_t j = 0; j < shape.s; ++j) {
+        dx[base + j] = dy[base + j] * ac + x[base + j] * bc + kc;
+      }
+    }
+  }
+}
+
+}  // namespace replicator::torch::detail

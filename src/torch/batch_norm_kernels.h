@@ -1,0 +1,30 @@
+// Per-channel loops of cross-replica batch norm over contiguous float32 [N, C, S] data
+// (S = the product of the spatial sizes). Each is one pass over the activations; sums
+// accumulate in double (vectorised: `omp simd` reductions).
+#pragma once
+
+#include <cstdint>
+
+namespace replicator::torch::detail {
+
+struct Shape {
+  std::int64_t n, c, s;
+};
+
+// sum[c] = Σ (x − shift[c]), sumsq[c] = Σ (x − shift[c])², over the n·s values of channel c.
+void shifted_channel_sums(const float* x, Shape shape, const float* shift, double* sum,
+                          double* sumsq);
+
+// y = x·scale[c] + offset[c].
+void channel_affine(const float* x, Shape shape, const float* scale, const float* offset,
+                    float* y);
+
+// sum_dy[c] = Σ dy, sum_dy_centered[c] = Σ dy·(x − center[c]).
+void gradient_sums(const float* dy, const float* x, Shape shape, const float* center,
+                   double* sum_dy, double* sum_dy_centered);
+
+// dx = dy·a[c] + x·b[c] + k[c].
+void input_gradient(const float* dy, const float* x, Shape shape, const float* a, const float* b,
+                    const float* k, float* dx);
+
+}  // namespace replicator::torch::detail
