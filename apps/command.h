@@ -17,8 +17,9 @@ struct Command {
 Command add_bench_collectives(CLI::App& bench);
 // `replicator launch` (launch.cc).
 Command add_launch(CLI::App& app);
-// `replicator train classifier` (train_command.cc); built with LibTorch only.
-Command add_train_classifier(CLI::App& train);
+// `replicator train classifier` (train_command.cc); built with LibTorch only. `argv` is
+// main's (the memory setting may re-execute the process).
+Command add_train_classifier(CLI::App& train, char** argv);
 // `replicator bench train` (bench_train.cc); built with LibTorch only.
 Command add_bench_train(CLI::App& bench);
 

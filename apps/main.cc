@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
 #ifdef REPLICATOR_HAVE_TORCH
   CLI::App* train = app.add_subcommand("train", "Training jobs");
   train->require_subcommand(1);
-  commands.push_back(replicator::apps::add_train_classifier(*train));
+  commands.push_back(replicator::apps::add_train_classifier(*train, argv));
   commands.push_back(replicator::apps::add_bench_train(*bench));
 #endif
 

@@ -1,27 +1,62 @@
 #include "apps/memory.h"
 
+#include <dlfcn.h>
 #include <malloc.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "replicator/errors.h"
 
 namespace replicator::apps {
 namespace {
 
-// glibc caps the mmap threshold at HEAP_MAX_SIZE / 2: 32 MiB on 64-bit.
-constexpr int kMmapThreshold = 32 << 20;
-// Larger than any heap top worth returning: trimming never happens.
-constexpr int kTrimThreshold = 1 << 30;
+constexpr const char* kJemalloc = "libjemalloc.so.2";
+constexpr const char* kJemallocConf = "dirty_decay_ms:-1,muzzy_decay_ms:-1";
+// Set for the re-executed process only: it must not try again.
+constexpr const char* kMarker = "REPLICATOR_MEMORY_REEXEC";
+
+bool jemalloc_active() { return ::dlsym(RTLD_DEFAULT, "mallctl") != nullptr; }
+
+void keep_with_glibc() {
+  // glibc caps the mmap threshold at 32 MiB; trimming off; one arena, because glibc
+  // unmaps a thread arena's heaps whenever they empty, whatever the trim threshold.
+  ::mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  ::mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  ::mallopt(M_ARENA_MAX, 1);
+}
 
 }  // namespace
 
-void apply_memory_mode(MemoryMode mode) {
-  if (mode == MemoryMode::kSystem) return;
-  // One arena: glibc unmaps a thread arena's heaps whenever they empty (trimming settings
-  // do not apply there), and replica threads are threads.
-  if (::mallopt(M_MMAP_THRESHOLD, kMmapThreshold) != 1 ||
-      ::mallopt(M_TRIM_THRESHOLD, kTrimThreshold) != 1 || ::mallopt(M_ARENA_MAX, 1) != 1) {
-    throw ConfigError("the allocator refused the 'keep' memory setting (mallopt failed)");
+void apply_memory_mode(MemoryMode mode, char** argv) {
+  const bool reexecuted = std::getenv(kMarker) != nullptr;
+  if (reexecuted) {
+    // Leave the environment as the user gave it to whatever this process starts.
+    const std::string previous = std::getenv(kMarker);
+    ::unsetenv(kMarker);
+    if (previous == "-") {
+      ::unsetenv("LD_PRELOAD");
+    } else {
+      ::setenv("LD_PRELOAD", previous.c_str(), 1);
+    }
   }
+  if (mode == MemoryMode::kSystem || jemalloc_active()) return;
+  if (!reexecuted) {
+    const char* preload = std::getenv("LD_PRELOAD");
+    ::setenv(kMarker, preload != nullptr ? preload : "-", 1);
+    const std::string with = std::string(kJemalloc) + (preload != nullptr ? std::string(" ") + preload : "");
+    ::setenv("LD_PRELOAD", with.c_str(), 1);
+    if (std::getenv("MALLOC_CONF") == nullptr) ::setenv("MALLOC_CONF", kJemallocConf, 1);
+    ::execv("/proc/self/exe", argv);
+    ::unsetenv(kMarker);  // exec failed: carry on below
+  }
+  std::fprintf(stderr,
+               "replicator: %s could not be loaded (Debian package libjemalloc2); keeping "
+               "freed memory with glibc settings instead\n",
+               kJemalloc);
+  keep_with_glibc();
 }
 
 MemoryMode parse_memory_mode(const std::string& text) {
@@ -32,8 +67,9 @@ MemoryMode parse_memory_mode(const std::string& text) {
 
 std::string memory_mode_environment(MemoryMode mode) {
   if (mode == MemoryMode::kSystem) return "";
-  return "MALLOC_MMAP_THRESHOLD_=" + std::to_string(kMmapThreshold) +
-         " MALLOC_TRIM_THRESHOLD_=" + std::to_string(kTrimThreshold) + " MALLOC_ARENA_MAX=1";
+  return std::string("LD_PRELOAD=") + kJemalloc + " MALLOC_CONF=" + kJemallocConf;
 }
+
+std::string active_allocator() { return jemalloc_active() ? "jemalloc" : "glibc"; }
 
 }  // namespace replicator::apps

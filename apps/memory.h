@@ -1,10 +1,16 @@
-// How the `replicator` process keeps freed memory. On machines where faulting in a fresh
-// 4 KiB page is slow (~12-15 µs), glibc's default malloc hands large freed blocks back to
-// the kernel (munmap, heap trimming) and LibTorch faults them in again on every step: a
-// small CNN trains ~3x slower. `kKeep` (the default of the train job) raises glibc's
-// mmap threshold to its 32 MiB maximum, disables trimming and keeps every thread on the
-// main arena (glibc unmaps emptied thread-arena heaps whatever the trimming settings), so
-// freed tensor memory stays mapped and is reused; `kSystem` leaves glibc's defaults.
+// How the `replicator` jobs keep freed memory. On machines where faulting in a fresh
+// 4 KiB page is slow (~12-15 µs), glibc's default malloc hands LibTorch's freed
+// activations back to the kernel (blocks above the mmap threshold are unmapped, and a
+// thread's arena heaps are unmapped whenever they empty), so every step faults them in
+// again: a small CNN trains ~3x slower.
+//
+// `kKeep` (the default of the train job) runs the process on jemalloc (Debian's
+// libjemalloc2) with page purging off (dirty_decay_ms:-1, muzzy_decay_ms:-1): freed memory
+// stays mapped and is reused, with a cache per thread. jemalloc must replace malloc before
+// anything allocates, so the process re-executes itself once with jemalloc preloaded;
+// where jemalloc cannot be loaded it falls back to glibc settings with the same aim
+// (mmap threshold at its 32 MiB maximum, no trimming, one arena), which scale worse over
+// threads. `kSystem` leaves glibc's defaults.
 #pragma once
 
 #include <string>
@@ -13,15 +19,18 @@ namespace replicator::apps {
 
 enum class MemoryMode { kKeep, kSystem };
 
-// Applies `mode` to this process's allocator; call first thing in main (before LibTorch
-// allocates). Never blocks. Throws ConfigError if glibc refuses a setting.
-void apply_memory_mode(MemoryMode mode);
+// Applies `mode` to this process; `argv` is main's, for the re-execution. Call before
+// LibTorch allocates. May not return (exec). Never blocks otherwise; never throws.
+void apply_memory_mode(MemoryMode mode, char** argv);
 
 // "keep" or "system"; throws ConfigError for anything else.
 MemoryMode parse_memory_mode(const std::string& text);
 
-// The environment that gives a glibc program the same setting (for the DDP peer run by
-// the benchmark): "MALLOC_MMAP_THRESHOLD_=... MALLOC_TRIM_THRESHOLD_=..." or "".
+// The environment that gives another program the same setting (the DDP peer run by the
+// benchmark), e.g. "LD_PRELOAD=libjemalloc.so.2 MALLOC_CONF=..."; "" for kSystem.
 std::string memory_mode_environment(MemoryMode mode);
+
+// Which allocator this process runs on: "jemalloc" or "glibc".
+std::string active_allocator();
 
 }  // namespace replicator::apps

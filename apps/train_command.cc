@@ -30,11 +30,11 @@ struct TrainFlags {
   bool no_augment = false;
   bool no_eval = false;
   bool json = false;
+  char** argv = nullptr;  // main's, for the memory setting's re-execution
 };
 
 int run_train(const TrainFlags& f) {
-  const MemoryMode memory = parse_memory_mode(f.memory);
-  apply_memory_mode(memory);
+  apply_memory_mode(parse_memory_mode(f.memory), f.argv);
   TrainOptions o = f.options;
   o.config = config_for_engine(f.engine, "train classifier");
   if (f.replicas_option->count() > 0 || o.config.engine == Engine::kLocal) {
@@ -67,6 +67,7 @@ int run_train(const TrainFlags& f) {
     j["processes"] = r.processes;
     j["threads"] = o.threads;
     j["memory"] = f.memory;
+    j["allocator"] = active_allocator();
     j["batch"] = o.batch;
     j["bucket_bytes"] = o.bucket_bytes;
     j["overlap"] = o.overlap;
@@ -82,8 +83,9 @@ int run_train(const TrainFlags& f) {
 
 }  // namespace
 
-Command add_train_classifier(CLI::App& train) {
+Command add_train_classifier(CLI::App& train, char** argv) {
   auto flags = std::make_shared<TrainFlags>();
+  flags->argv = argv;
   TrainOptions& o = flags->options;
   CLI::App* app = train.add_subcommand(
       "classifier", "Train a small ResNet with cross-replica batch norm on Fashion-MNIST");
@@ -126,7 +128,8 @@ Command add_train_classifier(CLI::App& train) {
   app->add_flag("--no-progress", [&o](std::int64_t) { o.progress = false; },
                 "No progress line on the terminal");
   app->add_option("--memory", flags->memory,
-                  "keep (default): freed memory stays mapped for reuse; system: glibc's defaults")
+                  "keep (default): run on jemalloc with purging off, so freed memory stays mapped for "
+                  "reuse; system: glibc's defaults")
       ->check(CLI::IsMember({"keep", "system"}));
   app->add_option("--timeout", flags->timeout, "Deadline of every collective, e.g. 30s");
   app->add_flag("--json", flags->json, "Print the result as one JSON object on stdout");

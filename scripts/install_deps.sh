@@ -10,6 +10,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libgloo-dev libhiredis-dev redis-server iproute2
   libtorch-dev zlib1g-dev dataset-fashion-mnist python3-torch python3-numpy
+  libjemalloc2
 )
 
 missing=()
