@@ -40,6 +40,8 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -764,7 +766,27 @@ TEST(Launcher, ForwardsSigtermToTheChildren) {
   pid_t pid = -1;
   ASSERT_EQ(posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ), 0);
   posix_spawn_file_actions_destroy(&actions);
-  std::this_thread::sleep_for(milliseconds(500));
+  // SIGTERM once both children run (the launcher has its signal handling by then; its
+  // start-up, which loads LibTorch, can take seconds on a loaded machine).
+  const auto children_of = [](pid_t parent) {
+    int n = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+      std::ifstream stat(entry.path() / "stat");
+      std::string line;
+      if (!std::getline(stat, line)) continue;
+      const std::size_t close = line.rfind(')');
+      if (close == std::string::npos) continue;
+      std::istringstream rest(line.substr(close + 2));
+      char state = 0;
+      pid_t ppid = 0;
+      rest >> state >> ppid;
+      if (ppid == parent) ++n;
+    }
+    return n;
+  };
+  for (int i = 0; i < 600 && children_of(pid) < 2; ++i) std::this_thread::sleep_for(milliseconds(50));
+  ASSERT_EQ(children_of(pid), 2) << "the launcher did not start its two children within 30 s";
+  std::this_thread::sleep_for(milliseconds(100));
   const auto start = Clock::now();
   kill(pid, SIGTERM);
   int status = 0;
