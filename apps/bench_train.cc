@@ -90,8 +90,11 @@ double images_per_s_of(const std::string& output, const std::string& command) {
   while (start < output.size()) {
     const std::size_t end = output.find('\n', start);
     const std::string line = output.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    const std::size_t brace = line.find("{\"type\":\"train\"");
-    if (brace != std::string::npos) return Json::parse(line.substr(brace)).at("images_per_s").get<double>();
+    const std::size_t brace = line.find('{');
+    if (brace != std::string::npos && line.find("images_per_s") != std::string::npos) {
+      const Json j = Json::parse(line.substr(brace), nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.contains("images_per_s")) return j["images_per_s"].get<double>();
+    }
     if (end == std::string::npos) break;
     start = end + 1;
   }
