@@ -2,10 +2,15 @@
 # The train job end to end on a few steps (tests/CMakeLists.txt runs it):
 #   resume: 3 steps + resume to 6 ends with the bitwise parameters of 6 uninterrupted steps;
 #   a checkpoint of 2 replicas resumes on 1 replica;
-#   a missing or corrupt data file and a batch not divisible by the replicas fail clearly.
-# Usage: train_job.sh BUILD_DIR
+#   a missing or corrupt data file and a batch not divisible by the replicas fail clearly;
+#   the same job on 2 replicas ends with the same bits as 1 process x 2 threads, 2 mpi
+#   processes and 2 gloo processes (and 4 replicas as 1x4 and 2x2 over mpi).
+# Usage: train_job.sh BUILD_DIR HAVE_MPI HAVE_GLOO   (the last two: 1 or 0)
 set -euo pipefail
 replicator="$1/replicator"
+have_mpi="${2:-0}"
+have_gloo="${3:-0}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 common=(train classifier --batch 64 --no-eval --no-progress --json)
@@ -44,4 +49,19 @@ expect_error "train-images-idx3-ubyte.gz" "${common[@]}" --steps 1 --data "$work
 expect_error "multiple of the number of replicas" train classifier --replicas 3 --batch 64 --steps 1
 printf 'not a checkpoint' > "$work/bad.pt"
 expect_error "bad.pt" "${common[@]}" --steps 1 --resume "$work/bad.pt"
+short=(train classifier --batch 64 --steps 4 --no-eval --no-progress --json)
+two=$("$replicator" "${short[@]}" --replicas 2 | digest)
+four=$("$replicator" "${short[@]}" --replicas 4 | digest)
+if [ "$have_mpi" = 1 ]; then
+  mpi=$(mpirun -np 2 --oversubscribe --bind-to none "$replicator" "${short[@]}" --replicas 1 | digest)
+  [ "$mpi" = "$two" ] || fail "2 mpi processes ended with $mpi, 1 process x 2 with $two"
+  mpi4=$(mpirun -np 2 --oversubscribe --bind-to none "$replicator" "${short[@]}" --replicas 2 | digest)
+  [ "$mpi4" = "$four" ] || fail "2 mpi processes x 2 ended with $mpi4, 1 process x 4 with $four"
+  echo "mpi layouts: same bits"
+fi
+if [ "$have_gloo" = 1 ]; then
+  gloo=$("$replicator" launch -n 2 -- "$replicator" "${short[@]}" --replicas 1 | digest)
+  [ "$gloo" = "$two" ] || fail "2 gloo processes ended with $gloo, 1 process x 2 with $two"
+  echo "gloo layout: same bits"
+fi
 echo "train job: all checks passed"
