@@ -48,13 +48,17 @@ case "$case_name" in
     expect_same 6 "$(digest_local 6)" "$(digest_gloo 2 3)" "$(digest_gloo 3 2)" "$(digest_gloo 6 1)"
     ;;
   mismatch-mpi)
-    out=$("${mpi[@]}" -np 2 -x REPLICATOR_LOCAL_REPLICAS=2 "$prog" mismatch 2>&1) || fail "$out"
-    [[ $(grep -c '^mismatch ok' <<<"$out") == 2 ]] || fail "expected 2 'mismatch ok': $out"
+    for scenario in mismatch signature; do
+      out=$("${mpi[@]}" -np 2 -x REPLICATOR_LOCAL_REPLICAS=2 "$prog" $scenario 2>&1) || fail "$out"
+      [[ $(grep -c '^mismatch ok' <<<"$out") == 2 ]] || fail "$scenario: expected 2 'mismatch ok': $out"
+    done
     ;;
   mismatch-gloo)
-    out=$(timeout 120 "$launcher" launch -n 2 --local-replicas 2 -- "$prog" mismatch 2>&1) ||
-      fail "$out"
-    [[ $(grep -c 'mismatch ok' <<<"$out") == 2 ]] || fail "expected 2 'mismatch ok': $out"
+    for scenario in mismatch signature; do
+      out=$(timeout 120 "$launcher" launch -n 2 --local-replicas 2 -- "$prog" $scenario 2>&1) ||
+        fail "$out"
+      [[ $(grep -c 'mismatch ok' <<<"$out") == 2 ]] || fail "$scenario: expected 2 'mismatch ok': $out"
+    done
     ;;
   throw-mpi)
     out=$("${mpi[@]}" -np 3 -x REPLICATOR_LOCAL_REPLICAS=2 "$prog" throw 2>&1) || fail "$out"

@@ -5,6 +5,8 @@
 //              "digest R=<R> <hex>" (same bits whatever the layout) from process 0
 //   mismatch   process 0's replicas reduce 4 floats, the others 5: expects
 //              CollectiveMismatch everywhere; prints "mismatch ok"
+//   signature  as mismatch, with equal counts but different signatures (what tensor
+//              collectives pass for their shapes)
 //   throw      replica 1 throws in its step: every other replica must be released with
 //              Aborted (or its own error); prints "released ok" (exit 0) per process
 //   kill       the last process SIGKILLs itself in the middle of a stream of
@@ -75,13 +77,14 @@ int digest(Replicator& repl) {
   return 0;
 }
 
-int mismatch(Replicator& repl) {
+int mismatch(Replicator& repl, bool by_signature) {
   const int L = repl.num_local_replicas();
   int caught = 0;
   try {
     repl.run([&](ReplicaContext& ctx) {
-      std::vector<float> v(ctx.replica_id() < L ? 4 : 5, 1.f);
-      ctx.all_reduce(v);
+      const bool first = ctx.replica_id() < L;
+      std::vector<float> v(by_signature || first ? 4 : 5, 1.f);
+      ctx.all_reduce(v, {.signature = by_signature && first ? 5u : 7u});
     });
   } catch (const CollectiveMismatch& e) {
     std::fprintf(stderr, "%s\n", e.what());
@@ -145,7 +148,7 @@ int kill_one(Replicator& repl, int rank, int processes) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s digest|mismatch|throw|kill\n", argv[0]);
+    std::fprintf(stderr, "usage: %s digest|mismatch|signature|throw|kill\n", argv[0]);
     return 2;
   }
   const std::string scenario = argv[1];
@@ -156,7 +159,8 @@ int main(int argc, char** argv) {
                    repl.num_local_replicas();
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (scenario == "digest") return digest(repl);
-  if (scenario == "mismatch") return mismatch(repl);
+  if (scenario == "mismatch") return mismatch(repl, false);
+  if (scenario == "signature") return mismatch(repl, true);
   if (scenario == "throw") return throw_in_step(repl);
   if (scenario == "kill") return kill_one(repl, rank, processes);
   std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
