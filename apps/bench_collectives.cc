@@ -64,6 +64,7 @@
 
 #include "apps/command.h"
 #include "apps/engine_choice.h"
+#include "bench/median.h"
 #include "bench/memory_bandwidth.h"
 #include "replicator/replicator.h"
 #include "src/core/replicator_internal.h"
@@ -72,6 +73,7 @@ namespace replicator::apps {
 
 namespace {
 
+using bench::median;
 using bench::PrefaultedBuffer;
 using Json = nlohmann::ordered_json;
 
@@ -199,12 +201,6 @@ std::string human_bytes(double bytes) {
   std::snprintf(text, sizeof(text), bytes == std::floor(bytes) ? "%.0f %s" : "%.1f %s", bytes,
                 units[u]);
   return text;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
 // ---- element types -------------------------------------------------------------------

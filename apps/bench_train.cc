@@ -26,12 +26,14 @@
 
 #include "apps/command.h"
 #include "apps/memory.h"
+#include "bench/median.h"
 #include "replicator/errors.h"
 
 namespace replicator::apps {
 namespace {
 
 using Json = nlohmann::ordered_json;
+using bench::median;
 
 struct BenchTrainFlags {
   int steps = 40;
@@ -103,7 +105,7 @@ double images_per_s_of(const std::string& output, const std::string& command) {
 
 std::string command_for(const BenchTrainFlags& f, const Configuration& c, MemoryMode memory) {
   const std::string self = quote(self_path());
-  const std::string mode = memory == MemoryMode::kKeep ? "keep" : "system";
+  const std::string mode(to_string(memory));
   const std::string job = " train classifier --no-eval --no-augment --no-progress --json" +
                           std::string(" --steps ") + std::to_string(f.steps + f.warmup) +
                           " --timed-after " + std::to_string(f.warmup) + " --batch " +
@@ -126,12 +128,6 @@ std::string command_for(const BenchTrainFlags& f, const Configuration& c, Memory
          " --processes " + std::to_string(c.processes) + " --threads " +
          std::to_string(c.threads) + " --batch " + std::to_string(f.batch) + " --steps " +
          std::to_string(f.steps) + " --warmup " + std::to_string(f.warmup) + " 2>/dev/null";
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 int run_bench_train(const BenchTrainFlags& f) {
@@ -170,7 +166,7 @@ int run_bench_train(const BenchTrainFlags& f) {
         rates[{c.name, static_cast<int>(memory)}].push_back(rate);
         if (!f.json) {
           std::fprintf(stderr, "  repeat %d/%d %-13s memory=%-6s %8.0f images/s\n", r + 1,
-                       f.repeats, c.name.c_str(), memory == MemoryMode::kKeep ? "keep" : "system",
+                       f.repeats, c.name.c_str(), to_string(memory),
                        rate);
         }
       }
@@ -192,7 +188,7 @@ int run_bench_train(const BenchTrainFlags& f) {
     for (const Configuration& c : configs) {
       const std::vector<double>& v = rates[{c.name, static_cast<int>(memory)}];
       const double m = median(v);
-      const char* mode = memory == MemoryMode::kKeep ? "keep" : "system";
+      const char* mode = to_string(memory);
       if (f.json) {
         Json j;
         j["type"] = "train";

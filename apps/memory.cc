@@ -65,6 +65,8 @@ MemoryMode parse_memory_mode(const std::string& text) {
   throw ConfigError("--memory must be keep or system, got '" + text + "'");
 }
 
+const char* to_string(MemoryMode mode) { return mode == MemoryMode::kKeep ? "keep" : "system"; }
+
 std::string memory_mode_environment(MemoryMode mode) {
   if (mode == MemoryMode::kSystem) return "";
   return std::string("LD_PRELOAD=") + kJemalloc + " MALLOC_CONF=" + kJemallocConf;

@@ -25,6 +25,7 @@ void apply_memory_mode(MemoryMode mode, char** argv);
 
 // "keep" or "system"; throws ConfigError for anything else.
 MemoryMode parse_memory_mode(const std::string& text);
+const char* to_string(MemoryMode mode);
 
 // The environment that gives another program the same setting (the DDP peer run by the
 // benchmark), e.g. "LD_PRELOAD=libjemalloc.so.2 MALLOC_CONF=..."; "" for kSystem.

@@ -30,11 +30,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "bench/median.h"
 #include "bench/memory_bandwidth.h"
 
 namespace {
 
 using Json = nlohmann::ordered_json;
+using replicator::bench::median;
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -75,12 +77,6 @@ std::uint64_t parse_bytes(const std::string& text, const std::string& flag) {
   if (unit == "M") return value << 20;
   if (unit == "G") return value << 30;
   throw bad;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
 // Rank 0 measures the copy bandwidth on all cores (mpirun binds each rank to one core, so

@@ -21,6 +21,7 @@
 
 #include "replicator/errors.h"
 #include "replicator/replicator.h"
+#include "tests/torch/close.h"
 
 namespace {
 
@@ -29,39 +30,10 @@ using replicator::Config;
 using replicator::InvalidArgument;
 using replicator::ReplicaContext;
 using replicator::Replicator;
+using replicator::testing::close;
 
-class OneIntraOpThread : public ::testing::Environment {
- public:
-  void SetUp() override { at::set_num_threads(1); }
-};
-[[maybe_unused]] ::testing::Environment* const kOneIntraOpThread =
-    ::testing::AddGlobalTestEnvironment(new OneIntraOpThread);
 
-constexpr double kRtol = 1e-5;
-constexpr double kAtol = 1e-6;
 
-::testing::AssertionResult close(const torch::Tensor& actual, const torch::Tensor& expected) {
-  if (!actual.defined() || !expected.defined()) {
-    return ::testing::AssertionFailure() << "undefined tensor (actual " << actual.defined()
-                                         << ", expected " << expected.defined() << ")";
-  }
-  if (actual.sizes() != expected.sizes()) {
-    return ::testing::AssertionFailure()
-           << "shape " << actual.sizes() << ", expected " << expected.sizes();
-  }
-  if (!torch::allclose(actual, expected, kRtol, kAtol)) {
-    return ::testing::AssertionFailure()
-           << "max |difference| " << (actual - expected).abs().max().item<double>()
-           << ", max |expected| " << expected.abs().max().item<double>();
-  }
-  return ::testing::AssertionSuccess();
-}
-
-Config with_replicas(int n) {
-  Config c;
-  c.local_replicas = n;
-  return c;
-}
 
 // What one training step of a batch norm produced.
 struct StepResult {
@@ -122,7 +94,7 @@ void expect_replicas_match_one(std::vector<std::int64_t> bounds, std::vector<std
 
   std::vector<Holder> replicas;
   for (int r = 0; r < n; ++r) replicas.push_back(make());
-  Replicator repl(with_replicas(n));
+  Replicator repl(Config{.local_replicas = n});
   for (int s = 0; s < kSteps; ++s) {
     SCOPED_TRACE(::testing::Message() << "step " << s);
     const auto got = repl.run([&](ReplicaContext& ctx) {
@@ -300,7 +272,7 @@ TEST(CrossReplicaBatchNormSingleTest, EvalUsesRunningStatisticsWithoutCollective
   const torch::Tensor one = torch::randn({1, 3, 1, 1});
   EXPECT_TRUE(close(bn(one), expected_for(one))) << "a single example in eval mode";
 
-  Replicator repl(with_replicas(2));
+  Replicator repl(Config{.local_replicas = 2});
   const auto out = repl.run([&](ReplicaContext& ctx) {
     if (ctx.replica_id() != 0) return torch::Tensor();
     return bn(x);
@@ -347,7 +319,7 @@ TEST(CrossReplicaBatchNormSingleTest, SingleValuePerChannelIsInvalidArgument) {
   // which every replica must report.
   std::vector<rt::CrossReplicaBatchNorm1d> bns{rt::CrossReplicaBatchNorm1d(3),
                                                rt::CrossReplicaBatchNorm1d(3)};
-  Replicator repl(with_replicas(2));
+  Replicator repl(Config{.local_replicas = 2});
   const auto errors = repl.run([&](ReplicaContext& ctx) -> std::string {
     const int r = ctx.replica_id();
     try {

@@ -27,12 +27,6 @@ namespace fs = std::filesystem;
 namespace rt = replicator::torch;
 using replicator::DataError;
 
-class OneIntraOpThread : public ::testing::Environment {
- public:
-  void SetUp() override { at::set_num_threads(1); }
-};
-[[maybe_unused]] ::testing::Environment* const kOneIntraOpThread =
-    ::testing::AddGlobalTestEnvironment(new OneIntraOpThread);
 
 // Linear → CrossReplicaBatchNorm1d → ReLU → Linear; `hidden` changes the shapes only.
 struct SmallNetImpl : torch::nn::Module {

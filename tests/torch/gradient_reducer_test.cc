@@ -21,6 +21,7 @@
 
 #include "replicator/errors.h"
 #include "replicator/replicator.h"
+#include "tests/torch/close.h"
 #include "replicator/torch/batch_norm.h"
 
 namespace {
@@ -30,37 +31,9 @@ using replicator::Config;
 using replicator::ReduceOp;
 using replicator::ReplicaContext;
 using replicator::Replicator;
+using replicator::testing::close;
 
-class OneIntraOpThread : public ::testing::Environment {
- public:
-  void SetUp() override { at::set_num_threads(1); }
-};
-[[maybe_unused]] ::testing::Environment* const kOneIntraOpThread =
-    ::testing::AddGlobalTestEnvironment(new OneIntraOpThread);
 
-Config with_replicas(int n) {
-  Config c;
-  c.local_replicas = n;
-  return c;
-}
-
-::testing::AssertionResult close(const torch::Tensor& actual, const torch::Tensor& expected) {
-  if (!actual.defined() || !expected.defined()) {
-    return ::testing::AssertionFailure() << "undefined tensor (actual " << actual.defined()
-                                         << ", expected " << expected.defined() << ")";
-  }
-  if (actual.sizes() != expected.sizes() || actual.scalar_type() != expected.scalar_type()) {
-    return ::testing::AssertionFailure()
-           << "shape " << actual.sizes() << " " << actual.dtype() << ", expected "
-           << expected.sizes() << " " << expected.dtype();
-  }
-  if (!torch::allclose(actual, expected, 1e-5, 1e-6)) {
-    return ::testing::AssertionFailure()
-           << "max |difference| "
-           << (actual - expected).abs().max().to(torch::kFloat64).item<double>();
-  }
-  return ::testing::AssertionSuccess();
-}
 
 // Linear → CrossReplicaBatchNorm1d → ReLU → Linear.
 struct MlpImpl : torch::nn::Module {
@@ -164,7 +137,7 @@ void expect_replicated_sgd_matches_one(int n, Buckets buckets) {
     std::vector<std::size_t> in_backward;               // per step
     std::size_t buckets = 0;
   };
-  Replicator repl(with_replicas(n));
+  Replicator repl(Config{.local_replicas = n});
   const auto got = repl.run([&](ReplicaContext& ctx) {
     const int r = ctx.replica_id();
     Model& model = models[r];
@@ -300,7 +273,7 @@ class UnusedParameterTest : public ::testing::TestWithParam<std::tuple<int, bool
 // (weight decay would move it otherwise), with and without overlap.
 TEST_P(UnusedParameterTest, UnusedEverywhereKeepsUndefinedGradient) {
   const int n = replicas();
-  Replicator repl(with_replicas(n));
+  Replicator repl(Config{.local_replicas = n});
   for (const bool overlap : {true, false}) {
     SCOPED_TRACE(::testing::Message() << "overlap " << overlap);
     rt::GradientOptions o = options();
@@ -325,7 +298,7 @@ TEST_P(UnusedParameterTest, UnusedEverywhereKeepsUndefinedGradient) {
 // the header requires for replica-dependent sets of used parameters).
 TEST_P(UnusedParameterTest, UsedOnOneReplicaGetsMeanOnAll) {
   const int n = replicas();
-  Replicator repl(with_replicas(n));
+  Replicator repl(Config{.local_replicas = n});
   rt::GradientOptions o = options();
   o.overlap = false;
   const auto got = repl.run([&](ReplicaContext& ctx) { return probe(ctx, o, /*use_only0=*/true); });
@@ -354,7 +327,7 @@ INSTANTIATE_TEST_SUITE_P(Replicas, UnusedParameterTest,
 // not registered.
 TEST(GradientReducerTest, SumOpAndFrozenParameters) {
   constexpr int kReplicas = 3;
-  Replicator repl(with_replicas(kReplicas));
+  Replicator repl(Config{.local_replicas = kReplicas});
   const auto got = repl.run([&](ReplicaContext& ctx) {
     const torch::Tensor w = torch::ones({5}).requires_grad_();
     const torch::Tensor frozen = torch::ones({5});
@@ -371,7 +344,7 @@ TEST(GradientReducerTest, SumOpAndFrozenParameters) {
 }
 
 TEST(GradientReducerTest, BadOptionsAndParametersAreInvalidArgument) {
-  Replicator repl(with_replicas(1));
+  Replicator repl(Config{.local_replicas = 1});
   repl.run([&](ReplicaContext& ctx) {
     const torch::Tensor w = torch::ones({3}).requires_grad_();
     EXPECT_THROW(rt::GradientReducer(ctx, {w}, {.bucket_bytes = 0}), replicator::InvalidArgument);

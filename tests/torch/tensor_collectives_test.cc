@@ -32,13 +32,6 @@ using replicator::ReduceOp;
 using replicator::ReplicaContext;
 using replicator::Replicator;
 
-// Replica threads must not compete for intra-op threads (2 cores are shared).
-class OneIntraOpThread : public ::testing::Environment {
- public:
-  void SetUp() override { at::set_num_threads(1); }
-};
-[[maybe_unused]] ::testing::Environment* const kOneIntraOpThread =
-    ::testing::AddGlobalTestEnvironment(new OneIntraOpThread);
 
 // "Type: message" of what `fn` throws, or "nothing".
 template <typename Fn>
