@@ -84,67 +84,93 @@ inline A combine(A a, A b) {
   }
 }
 
+// dst[i] = a[i] op b[i], divided by `divisor` when `divide`. dst may be a or b itself
+// (the same elements): no element is written before it is read, so ivdep holds.
+template <ReduceOp Op, typename A>
+inline void combine_block(A* dst, const A* a, const A* b, std::size_t m, bool divide,
+                          std::size_t divisor) {
+  if (divide) {
+    const auto d = static_cast<A>(divisor);
+#pragma GCC ivdep
+    for (std::size_t i = 0; i < m; ++i) dst[i] = static_cast<A>(combine<Op>(a[i], b[i]) / d);
+    return;
+  }
+#pragma GCC ivdep
+  for (std::size_t i = 0; i < m; ++i) dst[i] = combine<Op>(a[i], b[i]);
+}
+
+// The binary-counter stack holds pointers: a leaf already in the accumulator type is read
+// where it lies (no copy into the scratch), and the last combine writes straight into the
+// first output when that holds accumulators (the mean's division fused into it). Each
+// block is read whole before any output of that block is written.
 template <typename T, ReduceOp Op, bool kInPartial, bool kOutPartial>
 void tree_reduce_typed(const ReduceCall& c, ReduceScratch& scratch) {
   using A = Acc<T, Op>;
   using In = std::conditional_t<kInPartial, A, T>;
+  using Out = std::conditional_t<kOutPartial, A, T>;
+  constexpr bool kLeavesInPlace = std::is_same_v<In, A>;
+  constexpr bool kDirectOut = std::is_same_v<Out, A>;
+  constexpr bool kDivide = Op == ReduceOp::kMean && !kOutPartial;
   constexpr std::size_t kBlock = ReduceScratch::kBlock;
   A* const levels = scratch.levels<A>();
+  const A* stack[64];
   int sizes[64];
   for (std::size_t base = 0; base < c.count; base += kBlock) {
     const std::size_t m = std::min(kBlock, c.count - base);
+    A* const out0 = kDirectOut ? static_cast<A*>(c.outputs[0]) + base : nullptr;
     int depth = 0;
-    for (int j = 0; j < c.n; ++j) {
-      const In* __restrict x = static_cast<const In*>(c.inputs[j]) + base;
-      const int leaf = c.sizes ? c.sizes[j] : 1;
-      if (depth > 0 && sizes[depth - 1] == leaf) {
-        A* __restrict top = levels + static_cast<std::size_t>(depth - 1) * kBlock;
-        if constexpr (std::is_same_v<In, A>) {
-          for (std::size_t i = 0; i < m; ++i) top[i] = combine<Op>(top[i], x[i]);
-        } else {
-          // Convert into the free level above the stack, then combine from there.
-          A* __restrict tmp = levels + static_cast<std::size_t>(depth) * kBlock;
-          load_block(x, tmp, m);
-          for (std::size_t i = 0; i < m; ++i) top[i] = combine<Op>(top[i], tmp[i]);
-        }
-        sizes[depth - 1] = 2 * leaf;
-      } else {
-        A* __restrict top = levels + static_cast<std::size_t>(depth) * kBlock;
-        if constexpr (std::is_same_v<In, A>) {
-          std::memcpy(top, x, m * sizeof(A));
-        } else {
-          load_block(x, top, m);
-        }
-        sizes[depth++] = leaf;
+    bool written = false;  // the last combine wrote out0
+    bool divided = false;  // the last combine divided (kMean)
+    const auto merge = [&](bool last) {
+      A* dst = levels + static_cast<std::size_t>(depth - 2) * kBlock;
+      if (kDirectOut && last) {
+        dst = out0;
+        written = true;
       }
+      combine_block<Op>(dst, stack[depth - 2], stack[depth - 1], m, kDivide && last, c.divisor);
+      divided = kDivide && last;
+      stack[depth - 2] = dst;
+      --depth;
+    };
+    for (int j = 0; j < c.n; ++j) {
+      const In* x = static_cast<const In*>(c.inputs[j]) + base;
+      if constexpr (kLeavesInPlace) {
+        stack[depth] = x;
+      } else {
+        A* tmp = levels + static_cast<std::size_t>(depth) * kBlock;
+        load_block(x, tmp, m);
+        stack[depth] = tmp;
+      }
+      sizes[depth++] = c.sizes ? c.sizes[j] : 1;
       while (depth >= 2 && sizes[depth - 1] == sizes[depth - 2]) {
-        A* __restrict left = levels + static_cast<std::size_t>(depth - 2) * kBlock;
-        const A* __restrict right = levels + static_cast<std::size_t>(depth - 1) * kBlock;
-        for (std::size_t i = 0; i < m; ++i) left[i] = combine<Op>(left[i], right[i]);
         sizes[depth - 2] *= 2;
-        --depth;
+        merge(j == c.n - 1 && depth == 2);
       }
     }
     // Leftover subtrees of decreasing size combine right to left.
-    while (depth >= 2) {
-      A* __restrict left = levels + static_cast<std::size_t>(depth - 2) * kBlock;
-      const A* __restrict right = levels + static_cast<std::size_t>(depth - 1) * kBlock;
-      for (std::size_t i = 0; i < m; ++i) left[i] = combine<Op>(left[i], right[i]);
-      --depth;
-    }
-    A* __restrict result = levels;
-    if constexpr (kOutPartial) {
-      for (int k = 0; k < c.num_outputs; ++k) {
-        std::memcpy(static_cast<A*>(c.outputs[k]) + base, result, m * sizeof(A));
+    while (depth >= 2) merge(depth == 2);
+
+    if constexpr (kDirectOut) {
+      if (written) {
+        for (int k = 1; k < c.num_outputs; ++k) {
+          std::memcpy(static_cast<A*>(c.outputs[k]) + base, out0, m * sizeof(A));
+        }
+        continue;
       }
-      continue;
     }
-    if constexpr (Op == ReduceOp::kMean) {
+    // One input, or outputs of another type: the result goes through the scratch.
+    A* result = levels;
+    if (stack[0] != result) std::memcpy(result, stack[0], m * sizeof(A));
+    if (kDivide && !divided) {
       const auto d = static_cast<A>(c.divisor);
       for (std::size_t i = 0; i < m; ++i) result[i] = static_cast<A>(result[i] / d);
     }
     for (int k = 0; k < c.num_outputs; ++k) {
-      store_block(result, static_cast<T*>(c.outputs[k]) + base, m);
+      if constexpr (kOutPartial) {
+        std::memcpy(static_cast<A*>(c.outputs[k]) + base, result, m * sizeof(A));
+      } else {
+        store_block(result, static_cast<T*>(c.outputs[k]) + base, m);
+      }
     }
   }
 }
