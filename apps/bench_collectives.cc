@@ -21,8 +21,9 @@
 // Native rows ("mpi-native", "gloo-native"; all_reduce with --dtype f32 --op sum only; off
 // with --no-native): right after each all_reduce row, the engine's own in-place all-reduce
 // of the same buffer (replica 0's arena), run by the main thread of each process outside any
-// Replicator::run, with the same warmup, iters and repeats: per repeat, `warmup` calls, a
-// one-element native all-reduce as barrier, `iters` timed calls; each repeat's per-call time
+// Replicator::run, with the same warmup, iters and repeats, each repeat right after the
+// same repeat of ours (so that a drift of the machine's speed affects both alike): `warmup`
+// calls, a one-element native all-reduce as barrier, `iters` timed calls; each repeat's per-call time
 // is the max over processes (combined afterwards by one all_reduce kMax step), and the row is
 // their median. Its replicas are the P processes (busbw with n = P). The table adds the ratio
 // ours/native busbw on that row (JSON: busbw_ours_over_native).
@@ -550,9 +551,13 @@ class CollectiveBench {
     row.bytes = count * sizeof(T);
     row.count = count;
     row.iters = s_.iters ? *s_.iters : choose_iters(kind, count);
+    const bool with_native = kind == Kind::kAllReduce && s_.native != nullptr &&
+                             std::is_same_v<T, float>;
     std::vector<double> times;
+    std::vector<double> native_times;
     for (int rep = 0; rep < s_.repeats; ++rep) {
       times.push_back(timed_run(kind, count, s_.warmup, row.iters));
+      if (with_native) native_times.push_back(native_run(count, row.iters));
       const double left = times.back() * (s_.warmup + row.iters) * (s_.repeats - rep - 1);
       if (rep == 0 && left > 2.0 && s_.prints()) {
         std::fprintf(stderr, "[bench] %s %s: %d iterations x %d repeats, about %.0f s more\n",
@@ -582,29 +587,27 @@ class CollectiveBench {
       }
     }
     print_row(s_, row);
-    if (kind == Kind::kAllReduce && s_.native != nullptr) {
-      if constexpr (std::is_same_v<T, float>) measure_native(count, row);
-    }
+    if (with_native) print_native(row, native_times);
     return row.check_ok.value_or(true);
   }
 
-  // The engine's own all-reduce of `count` floats (in place, sum) on the main thread of
-  // each process, with ours' warmup, iters and repeats; printed right after ours.
-  void measure_native(std::size_t count, const Row& ours) {
+  // One repeat of the engine's own all-reduce of `count` floats (in place, sum) on the main
+  // thread of each process: ours' warmup, a barrier, `iters` timed calls. Per call, this
+  // process's time.
+  double native_run(std::size_t count, int iters) {
     detail::Transport& transport = *s_.native;
     auto* data = reinterpret_cast<float*>(arenas_[0].data());  // replica 0's, pre-faulted
     float token = 0;
-    std::vector<double> times;
-    for (int rep = 0; rep < s_.repeats; ++rep) {
-      for (int i = 0; i < s_.warmup; ++i) transport.native_all_reduce_f32(data, count);
-      transport.native_all_reduce_f32(&token, 1);  // the barrier
-      const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < ours.iters; ++i) transport.native_all_reduce_f32(data, count);
-      const auto stop = std::chrono::steady_clock::now();
-      times.push_back(
-          std::max(std::chrono::duration<double>(stop - start).count() / ours.iters, 1e-9));
-    }
-    // Each repeat's time: the max over processes (every local replica passes the same).
+    for (int i = 0; i < s_.warmup; ++i) transport.native_all_reduce_f32(data, count);
+    transport.native_all_reduce_f32(&token, 1);  // the barrier
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) transport.native_all_reduce_f32(data, count);
+    const auto stop = std::chrono::steady_clock::now();
+    return std::max(std::chrono::duration<double>(stop - start).count() / iters, 1e-9);
+  }
+
+  // The native row, printed right after ours: each repeat's time is the max over processes.
+  void print_native(const Row& ours, const std::vector<double>& times) {
     std::vector<double> slowest;
     repl_.run([&](ReplicaContext& ctx) {
       std::vector<double> mine = times;

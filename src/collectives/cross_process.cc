@@ -68,12 +68,12 @@ std::string replicas_of(const ProcessLayout& layout, int process) {
   return "replicas " + std::to_string(first) + "-" + std::to_string(first + layout.local - 1);
 }
 
-// Transport errors name processes; the user thinks in replicas.
-void exchange(const ProcessLayout& layout, int lane, std::span<const SendOp> sends,
-              std::span<const RecvOp> recvs, Transport::Clock::time_point deadline,
-              const Descriptor& d) {
+// Runs a call of the transport for collective `d`. Transport errors name processes; the user
+// thinks in replicas.
+template <typename Call>
+auto on_transport(const ProcessLayout& layout, const Descriptor& d, Call&& call) {
   try {
-    layout.transport->exchange(lane, sends, recvs, deadline);
+    return call(*layout.transport);
   } catch (const Timeout& e) {
     std::vector<int> missing;
     std::string names;
@@ -97,27 +97,58 @@ void exchange(const ProcessLayout& layout, int lane, std::span<const SendOp> sen
   }
 }
 
-// Sends this lane's frame (header + `payload`) to every other process and receives
-// theirs; throws CollectiveMismatch if any process called something else. Returns the
-// frames by process (this process's own at index rank).
+void exchange(const ProcessLayout& layout, int lane, std::span<const SendOp> sends,
+              std::span<const RecvOp> recvs, Transport::Clock::time_point deadline,
+              const Descriptor& d) {
+  on_transport(layout, d, [&](Transport& t) { t.exchange(lane, sends, recvs, deadline); });
+}
+
+Transport::Ticket post(const ProcessLayout& layout, int lane, std::span<const SendOp> sends,
+                       std::span<const RecvOp> recvs, const Descriptor& d) {
+  return on_transport(layout, d, [&](Transport& t) { return t.post(lane, sends, recvs); });
+}
+
+void wait(const ProcessLayout& layout, int lane, Transport::Ticket ticket,
+          Transport::Clock::time_point deadline, const Descriptor& d) {
+  on_transport(layout, d, [&](Transport& t) { t.wait(lane, ticket, deadline); });
+}
+
+// Posts the receives of the next collective's frames on this lane. Frames have a fixed size,
+// so they can be received before anyone knows what the next collective is; the peer's
+// frame then lands at once, without a round trip to announce the receive. Posted at the
+// end of every collective (after every receive of its data, so messages still match in
+// order), and before the first one.
+void post_frame_receives(const ProcessLayout& layout, int me, LaneScratch& lane,
+                         const Descriptor& d) {
+  const int P = layout.processes;
+  lane.frames.resize(static_cast<std::size_t>(P) * kFrameBytes);
+  lane.recvs.clear();
+  for (int q = 0; q < P; ++q) {
+    if (q == layout.rank) continue;
+    lane.recvs.push_back(
+        {q, lane.frames.data() + static_cast<std::size_t>(q) * kFrameBytes, kFrameBytes});
+  }
+  post(layout, me, {}, lane.recvs, d);
+  lane.frames_ahead = true;
+}
+
+// Sends this lane's frame (header + `payload`) to every other process and waits for theirs
+// (posted ahead); throws CollectiveMismatch if any process called something else. Returns
+// the frames by process (this process's own at index rank).
 const std::byte* exchange_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
                                  Transport::Clock::time_point deadline, const void* payload,
                                  std::size_t payload_bytes) {
   const int P = layout.processes;
-  lane.frames.resize(static_cast<std::size_t>(P) * kFrameBytes);
   std::byte* frames = lane.frames.data();
   std::byte* mine = frames + static_cast<std::size_t>(layout.rank) * kFrameBytes;
   const FrameHeader header = header_of(p.mine());
   std::memcpy(mine, &header, sizeof header);
   if (payload_bytes > 0) std::memcpy(mine + kHeaderBytes, payload, payload_bytes);
   lane.sends.clear();
-  lane.recvs.clear();
   for (int q = 0; q < P; ++q) {
-    if (q == layout.rank) continue;
-    lane.sends.push_back({q, mine, kFrameBytes});
-    lane.recvs.push_back({q, frames + static_cast<std::size_t>(q) * kFrameBytes, kFrameBytes});
+    if (q != layout.rank) lane.sends.push_back({q, mine, kFrameBytes});
   }
-  exchange(layout, p.me, lane.sends, lane.recvs, deadline, p.mine());
+  wait(layout, p.me, post(layout, p.me, lane.sends, {}, p.mine()), deadline, p.mine());
   bool same = true;
   for (int q = 0; q < P; ++q) {
     FrameHeader theirs;
@@ -321,17 +352,18 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
   }
   exchange_frames(p, layout, lane, deadline, nullptr, 0);
 
-  // (2)-(3) Pipelined in chunks: exchange step s carries every process's partials of
-  // chunk s of each part and the owners' results of chunk s - 1; between steps the owner
-  // combines chunk s of its part while the received data is still in cache.
+  // (2)-(3) Pipelined in chunks. Every receive is posted first (the partials of each chunk
+  // of my part, chunk by chunk, then the owners' results of theirs), then every partial is
+  // sent; I combine chunk s of my part as soon as it has arrived and send its result at
+  // once, while later chunks still move.
   const auto part = [&](int q) {
     const auto [a, b] = slice_of(hi - lo, q, P);
     return std::pair<std::uint64_t, std::uint64_t>{lo + a, lo + b};
   };
-  const std::size_t step_bytes = layout.transport->pipeline_bytes();
-  const std::uint64_t kChunk =
-      step_bytes == 0 ? std::numeric_limits<std::uint64_t>::max() / 2
-                      : std::max<std::uint64_t>(64, step_bytes / partial_size(d.dtype, op));
+  const std::uint64_t largest_part = (hi - lo + P - 1) / static_cast<std::uint64_t>(P);
+  const std::size_t step_bytes =
+      layout.transport->pipeline_bytes(largest_part * partial_size(d.dtype, op));
+  const std::uint64_t kChunk = std::max<std::uint64_t>(64, step_bytes / partial_size(d.dtype, op));
   const auto chunk = [&](int q, std::uint64_t k) {
     const auto [a, b] = part(q);
     const std::uint64_t ca = std::min(b, a + k * kChunk);
@@ -355,46 +387,45 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
   // Results: into local buffer 0 (one buffer) or the result row (several).
   std::byte* const results =
       single ? element(p.of(0).call.buffers[seg], lo - seg_base) : result;
-  for (std::uint64_t step = 0; step <= steps; ++step) {
-    lane.sends.clear();
+
+  lane.tickets.clear();
+  for (std::uint64_t step = 0; step < steps; ++step) {
     lane.recvs.clear();
-    for (int q = 0; q < P; ++q) {
-      if (q == rank) continue;
-      if (step < steps) {
-        const auto [ca, cb] = chunk(q, step);
-        if (cb > ca) {
-          const std::size_t off = partial_bytes(buffers, lo, ca, op);
-          const std::size_t bytes = partial_bytes(buffers, ca, cb, op);
-          for (std::size_t t = 0; t < mine.size(); ++t) {
-            lane.sends.push_back({q, lane.rows[t] + off, bytes});
-          }
-        }
-        const auto [ma, mb] = chunk(rank, step);
-        if (mb > ma) {
-          const std::size_t off = partial_bytes(buffers, my_a, ma, op);
-          const std::size_t bytes = partial_bytes(buffers, ma, mb, op);
-          for (std::size_t t = 0; t < layout.subtrees[static_cast<std::size_t>(q)].size(); ++t) {
-            lane.recvs.push_back({q, received_row(q, t) + off, bytes});
-          }
-        }
-      }
-      if (step > 0) {
-        const auto [ma, mb] = chunk(rank, step - 1);
-        if (mb > ma) {
-          lane.sends.push_back(
-              {q, results + element_bytes(buffers, lo, ma), element_bytes(buffers, ma, mb)});
-        }
-        const auto [ca, cb] = chunk(q, step - 1);
-        if (cb > ca) {
-          lane.recvs.push_back(
-              {q, results + element_bytes(buffers, lo, ca), element_bytes(buffers, ca, cb)});
+    const auto [ma, mb] = chunk(rank, step);
+    if (mb > ma) {
+      const std::size_t off = partial_bytes(buffers, my_a, ma, op);
+      const std::size_t bytes = partial_bytes(buffers, ma, mb, op);
+      for (int q = 0; q < P; ++q) {
+        if (q == rank) continue;
+        for (std::size_t t = 0; t < layout.subtrees[static_cast<std::size_t>(q)].size(); ++t) {
+          lane.recvs.push_back({q, received_row(q, t) + off, bytes});
         }
       }
     }
-    exchange(layout, p.me, lane.sends, lane.recvs, deadline, d);
-    if (step == steps) break;
+    lane.tickets.push_back(post(layout, p.me, {}, lane.recvs, d));
+  }
+  lane.sends.clear();
+  lane.recvs.clear();
+  for (std::uint64_t step = 0; step < steps; ++step) {
+    for (int q = 0; q < P; ++q) {
+      if (q == rank) continue;
+      const auto [ca, cb] = chunk(q, step);
+      if (cb <= ca) continue;
+      lane.recvs.push_back(
+          {q, results + element_bytes(buffers, lo, ca), element_bytes(buffers, ca, cb)});
+      const std::size_t off = partial_bytes(buffers, lo, ca, op);
+      const std::size_t bytes = partial_bytes(buffers, ca, cb, op);
+      for (std::size_t t = 0; t < mine.size(); ++t) {
+        lane.sends.push_back({q, lane.rows[t] + off, bytes});
+      }
+    }
+  }
+  post(layout, p.me, {}, lane.recvs, d);
+  Transport::Ticket last = post(layout, p.me, lane.sends, {}, d);
+  for (std::uint64_t step = 0; step < steps; ++step) {
     const auto [ma, mb] = chunk(rank, step);
     if (mb <= ma) continue;
+    wait(layout, p.me, lane.tickets[step], deadline, d);
     const std::size_t own_offset = partial_bytes(buffers, lo, ma, op);
     const std::size_t received_offset = partial_bytes(buffers, my_a, ma, op);
     const std::size_t result_offset = element_bytes(buffers, lo, ma);
@@ -408,7 +439,13 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
           lane.outputs.clear();
           lane.outputs.push_back(result + result_offset + element_bytes(buffers, ma, ma + from_a));
         });
+    lane.sends.clear();
+    for (int q = 0; q < P; ++q) {
+      if (q != rank) lane.sends.push_back({q, results + result_offset, element_bytes(buffers, ma, mb)});
+    }
+    last = post(layout, p.me, lane.sends, {}, d);
   }
+  wait(layout, p.me, last, deadline, d);
   if (single) {
     // Local buffer 0 holds the whole slice now; the others lack the other parts.
     for (int q = 0; q < P; ++q) {
@@ -652,18 +689,24 @@ std::byte* LaneScratch::reserve(std::size_t bytes) {
 
 void cross_process(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
                    Transport::Clock::time_point deadline) {
-  switch (p.mine().kind) {
-    case OpKind::kAllReduce: return all_reduce_across(p, layout, lane, deadline);
-    case OpKind::kAllGather: return all_gather_across(p, layout, lane, deadline);
-    case OpKind::kBroadcast: return broadcast_across(p, layout, lane, deadline);
-    case OpKind::kReduceScatter: return reduce_scatter_across(p, layout, lane, deadline);
-    case OpKind::kAllToAll: return all_to_all_across(p, layout, lane, deadline);
-    case OpKind::kPermute: return permute_across(p, layout, lane, deadline);
-    case OpKind::kBarrier:
-    case OpKind::kEndStep:
-      exchange_frames(p, layout, lane, deadline, nullptr, 0);
-      return;
+  if (!lane.frames_ahead) post_frame_receives(layout, p.me, lane, p.mine());
+  try {
+    switch (p.mine().kind) {
+      case OpKind::kAllReduce: all_reduce_across(p, layout, lane, deadline); break;
+      case OpKind::kAllGather: all_gather_across(p, layout, lane, deadline); break;
+      case OpKind::kBroadcast: broadcast_across(p, layout, lane, deadline); break;
+      case OpKind::kReduceScatter: reduce_scatter_across(p, layout, lane, deadline); break;
+      case OpKind::kAllToAll: all_to_all_across(p, layout, lane, deadline); break;
+      case OpKind::kPermute: permute_across(p, layout, lane, deadline); break;
+      case OpKind::kBarrier:
+      case OpKind::kEndStep: exchange_frames(p, layout, lane, deadline, nullptr, 0); break;
+    }
+  } catch (const CollectiveMismatch&) {
+    // Every process read the same frames and sent no data: all post the next frames alike.
+    post_frame_receives(layout, p.me, lane, p.mine());
+    throw;
   }
+  post_frame_receives(layout, p.me, lane, p.mine());
 }
 
 }  // namespace replicator::detail

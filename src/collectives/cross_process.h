@@ -2,7 +2,7 @@
 // of the transport, after the local entry barrier and before the local exit barrier.
 //
 // Every collective starts with one frame exchange on every lane between every pair of
-// processes: a fixed-size frame holding the caller's descriptor (so a mismatch across
+// processes (the receives posted at the end of the collective before): a fixed-size frame holding the caller's descriptor (so a mismatch across
 // processes is raised as CollectiveMismatch on every replica, never read as data) and,
 // for small all-reduces, the data itself (one round trip in all). The data phases are
 // written against Transport::exchange only, so they run unchanged over MPI and Gloo.
@@ -53,13 +53,15 @@ struct ProcessLayout {
 // Per local thread: memory reused by every collective (grown, never shrunk).
 struct LaneScratch {
   std::vector<std::byte> arena;
-  std::vector<std::byte> frames;  // this thread's frame, then one per process
+  std::vector<std::byte> frames;  // one frame per process (this one's at its rank)
+  bool frames_ahead = false;      // the receives of the next frames are posted
   std::vector<SendOp> sends;
   std::vector<RecvOp> recvs;
   std::vector<const void*> inputs;
   std::vector<void*> outputs;
   std::vector<int> sizes;
   std::vector<std::byte*> rows;  // this process's partial rows, by subtree
+  std::vector<Transport::Ticket> tickets;  // of the receives of each pipeline step
 
   std::byte* reserve(std::size_t bytes);  // arena of at least `bytes`
 };

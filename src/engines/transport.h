@@ -6,6 +6,8 @@
 // their own inter-process traffic at once. One lane is used by one thread at a time;
 // different lanes may be used concurrently.
 //
+// Messages are posted (post) and waited for (wait), so that a receive can be posted before the
+// peer sends and data can move while the caller computes; exchange() does both at once.
 // Every blocking call takes a deadline and throws:
 //   Timeout   the deadline passed before the exchange completed (`missing` names the peer
 //             processes that had not delivered);
@@ -16,6 +18,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -45,16 +48,35 @@ class Transport {
   virtual int size() const = 0;               // number of processes P
   virtual int num_lanes() const = 0;
 
-  // Starts every send and receive, then blocks until all have completed. Messages between
-  // two processes on one lane arrive in the order they were sent. Sizes must match the
-  // peer's; a mismatch is an error of the caller (the algorithms exchange headers first).
-  virtual void exchange(int lane, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
-                        Clock::time_point deadline) = 0;
+  // Which posts a wait() covers: post() numbers them 1, 2, ... on each lane.
+  using Ticket = std::uint64_t;
 
-  // Bytes per step of a pipelined exchange that pay on this transport: large transfers
-  // are cut into steps of this size so each arrives while the last is reduced in cache.
-  // 0: do not cut (a transport whose every message costs a round trip of tens of µs).
-  virtual std::size_t pipeline_bytes() const = 0;
+  // Starts every send and receive and returns at once, without waiting for any: they complete
+  // in later wait() calls on the lane. Returns the post's ticket. Messages between two processes
+  // on one lane are delivered in the order they were posted: the k-th message one process
+  // sends to another on a lane lands in the k-th receive the other posted from it. Sizes must
+  // match the peer's; a mismatch is an error of the caller (the algorithms exchange headers
+  // first). Send buffers are read and receive buffers written until a wait() covering the
+  // ticket returns, or until the call that reports a failure of the transport throws (every
+  // message of the lane is abandoned then; OpenMPI cannot cancel a send that a peer has not
+  // taken, see mpi_transport.h). Throws InvalidArgument (lane or peer out of range), Aborted
+  // (poisoned), PeerLost or Error (posting failed; poisons).
+  virtual Ticket post(int lane, std::span<const SendOp> sends, std::span<const RecvOp> recvs) = 0;
+
+  // Blocks until every message posted on `lane` with a ticket up to `ticket` has completed
+  // (later posts may complete too, or not). Throws Timeout, PeerLost, Aborted (see above).
+  virtual void wait(int lane, Ticket ticket, Clock::time_point deadline) = 0;
+
+  // post() then wait() for it: blocks until every send and receive has completed.
+  void exchange(int lane, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
+                Clock::time_point deadline) {
+    wait(lane, post(lane, sends, recvs), deadline);
+  }
+
+  // Bytes per step when a part of `part_bytes` moves in a pipeline: a large transfer is cut
+  // into steps of this size, each posted at once, so that one is reduced while the next ones
+  // still move. `part_bytes` or more: one step.
+  virtual std::size_t pipeline_bytes(std::size_t part_bytes) const = 0;
 
   // Tells every peer that this process failed (`why` goes into their Aborted message) and
   // poisons this transport. Best effort, never blocks for long, never throws.

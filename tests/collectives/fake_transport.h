@@ -47,31 +47,49 @@ class FakeTransport : public detail::Transport {
   int size() const override { return network_->processes(); }
   int num_lanes() const override { return lanes_; }
 
-  void exchange(int lane, std::span<const detail::SendOp> sends,
-                std::span<const detail::RecvOp> recvs, Clock::time_point deadline) override {
+  // Sends are queued at once; receives wait in their lane's list until a wait() covers them.
+  Ticket post(int lane, std::span<const detail::SendOp> sends,
+              std::span<const detail::RecvOp> recvs) override {
     FakeNetwork& net = *network_;
-    std::unique_lock lock(net.mu_);
+    Lane& l = lanes_state_.at(static_cast<std::size_t>(lane));
+    const Ticket ticket = ++l.posted;
+    for (const auto& r : recvs) l.recvs.push_back({r, ticket});
+    std::lock_guard lock(net.mu_);
     for (const auto& s : sends) {
       const auto* p = static_cast<const std::byte*>(s.data);
       net.queues_[{lane, rank_, s.peer}].emplace_back(p, p + s.bytes);
     }
     net.cv_.notify_all();
-    for (const auto& r : recvs) {
+    return ticket;
+  }
+
+  void wait(int lane, Ticket ticket, Clock::time_point deadline) override {
+    FakeNetwork& net = *network_;
+    Lane& l = lanes_state_.at(static_cast<std::size_t>(lane));
+    std::unique_lock lock(net.mu_);
+    while (!l.recvs.empty() && l.recvs.front().ticket <= ticket) {
+      const detail::RecvOp r = l.recvs.front().op;
       auto& queue = net.queues_[{lane, r.peer, rank_}];
       while (queue.empty()) {
-        if (!net.aborted_by_.empty()) throw Aborted(net.aborted_by_.front(), std::nullopt);
+        if (!net.aborted_by_.empty()) {
+          l.recvs.clear();
+          throw Aborted(net.aborted_by_.front(), std::nullopt);
+        }
         if (net.cv_.wait_until(lock, deadline) == std::cv_status::timeout && queue.empty()) {
+          l.recvs.clear();
           throw Timeout("fake exchange timed out", "exchange", 0,
                         std::chrono::milliseconds(0), {r.peer});
         }
       }
       std::vector<std::byte>& message = queue.front();
       if (message.size() != r.bytes) {
+        l.recvs.clear();
         throw InvalidArgument("fake transport: message of " + std::to_string(message.size()) +
                               " bytes where " + std::to_string(r.bytes) + " were expected");
       }
       if (r.bytes > 0) std::memcpy(r.data, message.data(), r.bytes);
       queue.pop_front();
+      l.recvs.pop_front();
     }
   }
 
@@ -83,12 +101,23 @@ class FakeTransport : public detail::Transport {
 
   void native_all_reduce_f32(float*, std::size_t) override {}
   // Small steps, so the tests run the pipeline over many of them.
-  std::size_t pipeline_bytes() const override { return 64 * 1024; }
+  std::size_t pipeline_bytes(std::size_t) const override { return 64 * 1024; }
 
  private:
+  struct Pending {
+    detail::RecvOp op;
+    Ticket ticket;
+  };
+  // Used by the lane's own thread only.
+  struct Lane {
+    std::deque<Pending> recvs;
+    Ticket posted = 0;
+  };
+
   std::shared_ptr<FakeNetwork> network_;
   int rank_;
   int lanes_;
+  std::vector<Lane> lanes_state_ = std::vector<Lane>(static_cast<std::size_t>(lanes_));
 };
 
 inline std::unique_ptr<detail::Transport> FakeNetwork::endpoint(int rank, int lanes) {
