@@ -18,6 +18,10 @@ namespace {
 constexpr std::size_t kFrameBytes = 256;
 constexpr std::size_t kHeaderBytes = 64;
 constexpr std::size_t kFramePayload = kFrameBytes - kHeaderBytes;
+// Up to this many bytes of partials per process, an all-reduce sends every process's
+// partials of the whole slice to every other (one exchange after the frames) instead of
+// owner parts and results (two).
+constexpr std::size_t kGatherBytes = std::size_t{16} << 10;
 
 struct FrameHeader {
   std::uint64_t sequence;
@@ -132,6 +136,17 @@ void post_frame_receives(const ProcessLayout& layout, int me, LaneScratch& lane,
   lane.frames_ahead = true;
 }
 
+// After a collective: the next frames' receives, unless the run ends here. A process may
+// exit after a run, and a socket closed with control messages of Gloo unread (those a
+// posted receive sends) is reset, which can drop data a slower peer has yet to read.
+void next_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane) {
+  if (p.mine().kind == OpKind::kEndStep) {
+    lane.frames_ahead = false;
+  } else {
+    post_frame_receives(layout, p.me, lane, p.mine());
+  }
+}
+
 // Sends this lane's frame (header + `payload`) to every other process and waits for theirs
 // (posted ahead); throws CollectiveMismatch if any process called something else. Returns
 // the frames by process (this process's own at index rank).
@@ -222,7 +237,8 @@ std::byte* element(const Buffer& b, std::uint64_t offset) {
 // its own part; (3) the owner combines them in id order and sends the result to all;
 // (4) the slice's result is written into every local buffer. Bytes sent per process:
 // about (k + 1)·(P-1)/P of the slice, k = its number of subtrees (1 when L is a power of
-// two). A slice whose partials fit in a frame travels in the frames: one round trip.
+// two). A slice whose partials fit in a frame travels in the frames: one round trip; up to
+// kGatherBytes, every process gets every process's partials and combines the whole slice.
 void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
                        Transport::Clock::time_point deadline) {
   const Descriptor& d = p.mine();
@@ -236,6 +252,8 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
   const std::size_t row = partial_bytes(buffers, lo, hi, op);
   const auto divisor = static_cast<std::size_t>(layout.replicas());
   const bool small = static_cast<std::size_t>(layout.max_subtrees) * row <= kFramePayload;
+  const bool gathered =
+      !small && static_cast<std::size_t>(layout.max_subtrees) * row <= kGatherBytes;
 
   // When one buffer holds the whole slice, results land straight in the buffers, and a
   // single-replica subtree's partials are that replica's buffer itself (where the
@@ -259,14 +277,19 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
   for (const Subtree& s : mine) all_aliased = all_aliased && s.size == 1;
   const std::size_t rows_bytes = small || !all_aliased ? mine.size() * row : 0;
   std::size_t recv_bytes = 0;
-  if (!small) {
+  if (gathered) {
+    for (int q = 0; q < P; ++q) {
+      if (q != rank) recv_bytes += layout.subtrees[static_cast<std::size_t>(q)].size() * row;
+    }
+  } else if (!small) {
     const auto [pa, pb] = slice_of(hi - lo, rank, P);
     const std::size_t part_bytes = partial_bytes(buffers, lo + pa, lo + pb, op);
     for (int q = 0; q < P; ++q) {
       if (q != rank) recv_bytes += layout.subtrees[static_cast<std::size_t>(q)].size() * part_bytes;
     }
   }
-  const std::size_t result_bytes = small || single ? 0 : element_bytes(buffers, lo, hi);
+  const std::size_t result_bytes =
+      small || gathered || single ? 0 : element_bytes(buffers, lo, hi);
   std::byte* arena = lane.reserve(rows_bytes + recv_bytes + result_bytes);
   std::byte* received = arena + rows_bytes;
   std::byte* result = received + recv_bytes;
@@ -351,6 +374,34 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
     return;
   }
   exchange_frames(p, layout, lane, deadline, nullptr, 0);
+  if (gathered) {
+    // Every process sends its rows of the whole slice to every other and combines them all:
+    // one exchange instead of two, where a message costs more than its bytes.
+    lane.sends.clear();
+    lane.recvs.clear();
+    std::byte* cursor = received;
+    for (int q = 0; q < P; ++q) {
+      if (q == rank) continue;
+      for (std::size_t t = 0; t < mine.size(); ++t) lane.sends.push_back({q, lane.rows[t], row});
+      for (std::size_t t = 0; t < layout.subtrees[static_cast<std::size_t>(q)].size(); ++t) {
+        lane.recvs.push_back({q, cursor, row});
+        cursor += row;
+      }
+    }
+    exchange(layout, p.me, lane.sends, lane.recvs, deadline, d);
+    combine(
+        lo, hi,
+        [&](int q, std::size_t t) -> const std::byte* {
+          if (q == rank) return lane.rows[t];
+          std::size_t index = 0;
+          for (int k = 0; k < q; ++k) {
+            if (k != rank) index += layout.subtrees[static_cast<std::size_t>(k)].size();
+          }
+          return received + (index + t) * row;
+        },
+        [&](std::size_t i, std::uint64_t at, std::uint64_t) { local_outputs(i, at); });
+    return;
+  }
 
   // (2)-(3) Pipelined in chunks. Every receive is posted first (the partials of each chunk
   // of my part, chunk by chunk, then the owners' results of theirs), then every partial is
@@ -703,10 +754,10 @@ void cross_process(const Peers& p, const ProcessLayout& layout, LaneScratch& lan
     }
   } catch (const CollectiveMismatch&) {
     // Every process read the same frames and sent no data: all post the next frames alike.
-    post_frame_receives(layout, p.me, lane, p.mine());
+    next_frames(p, layout, lane);
     throw;
   }
-  post_frame_receives(layout, p.me, lane, p.mine());
+  next_frames(p, layout, lane);
 }
 
 }  // namespace replicator::detail

@@ -88,11 +88,12 @@ struct Layout {
 class LayoutTest : public ::testing::TestWithParam<Layout> {};
 
 // all_reduce (sum of f32, mean of bf16, fused with mixed dtypes) gives the local engine's
-// bits for the same R, whatever the layout; sizes on the frame path and the sliced path.
+// bits for the same R, whatever the layout; sizes on the frame path, the gathered path (up
+// to 16 KiB of partials a lane) and the sliced path.
 TEST_P(LayoutTest, AllReduceBitsMatchTheLocalEngine) {
   const auto [P, L] = GetParam();
   const int R = P * L;
-  for (const std::size_t n : {std::size_t{1}, std::size_t{37}, std::size_t{5003}, std::size_t{300007}}) {
+  for (const std::size_t n : {1ul, 37ul, 1003ul, 5003ul, 300007ul}) {
     // Reference: one process, R replicas. 300007 elements: several pipeline chunks.
     std::vector<std::vector<float>> reference(static_cast<std::size_t>(R));
     std::vector<std::vector<bfloat16>> reference_bf(static_cast<std::size_t>(R));
