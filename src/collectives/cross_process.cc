@@ -252,8 +252,11 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
   const std::size_t row = partial_bytes(buffers, lo, hi, op);
   const auto divisor = static_cast<std::size_t>(layout.replicas());
   const bool small = static_cast<std::size_t>(layout.max_subtrees) * row <= kFramePayload;
-  const bool gathered =
-      !small && static_cast<std::size_t>(layout.max_subtrees) * row <= kGatherBytes;
+  // ... unless that turns messages the transport sends at once into ones with a handshake.
+  const std::size_t eager = layout.transport->eager_bytes();
+  const bool gathered = !small &&
+                        static_cast<std::size_t>(layout.max_subtrees) * row <= kGatherBytes &&
+                        (row <= eager || row / static_cast<std::size_t>(P) > eager);
 
   // When one buffer holds the whole slice, results land straight in the buffers, and a
   // single-replica subtree's partials are that replica's buffer itself (where the

@@ -82,6 +82,10 @@ class Transport {
   // poisons this transport. Best effort, never blocks for long, never throws.
   virtual void abort(const std::string& why) noexcept = 0;
 
+  // Messages up to this size go out at once; larger ones wait for the receiver first (a
+  // rendezvous), which costs a round trip. 0: every message is the same.
+  virtual std::size_t eager_bytes() const { return 0; }
+
   // The engine's own all-reduce (MPI_Allreduce, gloo::allreduce) of f32 sums on lane 0,
   // for benchmarks that compare against it. Blocks.
   virtual void native_all_reduce_f32(float* data, std::size_t count) = 0;
