@@ -125,7 +125,6 @@ void wait(const ProcessLayout& layout, int lane, Transport::Ticket ticket,
 void post_frame_receives(const ProcessLayout& layout, int me, LaneScratch& lane,
                          const Descriptor& d) {
   const int P = layout.processes;
-  lane.frames.resize(static_cast<std::size_t>(P) * kFrameBytes);
   lane.recvs.clear();
   for (int q = 0; q < P; ++q) {
     if (q == layout.rank) continue;
@@ -140,6 +139,7 @@ void post_frame_receives(const ProcessLayout& layout, int me, LaneScratch& lane,
 // exit after a run, and a socket closed with control messages of Gloo unread (those a
 // posted receive sends) is reset, which can drop data a slower peer has yet to read.
 void next_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane) {
+  if (!layout.transport->receives_ahead()) return;
   if (p.mine().kind == OpKind::kEndStep) {
     lane.frames_ahead = false;
   } else {
@@ -147,8 +147,8 @@ void next_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane)
   }
 }
 
-// Sends this lane's frame (header + `payload`) to every other process and waits for theirs
-// (posted ahead); throws CollectiveMismatch if any process called something else. Returns
+// Sends this lane's frame (header + `payload`) to every other process and receives theirs
+// (posted ahead where the transport gains from it); throws CollectiveMismatch if any process called something else. Returns
 // the frames by process (this process's own at index rank).
 const std::byte* exchange_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
                                  Transport::Clock::time_point deadline, const void* payload,
@@ -163,7 +163,14 @@ const std::byte* exchange_frames(const Peers& p, const ProcessLayout& layout, La
   for (int q = 0; q < P; ++q) {
     if (q != layout.rank) lane.sends.push_back({q, mine, kFrameBytes});
   }
-  wait(layout, p.me, post(layout, p.me, lane.sends, {}, p.mine()), deadline, p.mine());
+  lane.recvs.clear();
+  if (!lane.frames_ahead) {
+    for (int q = 0; q < P; ++q) {
+      if (q == layout.rank) continue;
+      lane.recvs.push_back({q, frames + static_cast<std::size_t>(q) * kFrameBytes, kFrameBytes});
+    }
+  }
+  wait(layout, p.me, post(layout, p.me, lane.sends, lane.recvs, p.mine()), deadline, p.mine());
   bool same = true;
   for (int q = 0; q < P; ++q) {
     FrameHeader theirs;
@@ -743,7 +750,10 @@ std::byte* LaneScratch::reserve(std::size_t bytes) {
 
 void cross_process(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
                    Transport::Clock::time_point deadline) {
-  if (!lane.frames_ahead) post_frame_receives(layout, p.me, lane, p.mine());
+  lane.frames.resize(static_cast<std::size_t>(layout.processes) * kFrameBytes);
+  if (!lane.frames_ahead && layout.transport->receives_ahead()) {
+    post_frame_receives(layout, p.me, lane, p.mine());
+  }
   try {
     switch (p.mine().kind) {
       case OpKind::kAllReduce: all_reduce_across(p, layout, lane, deadline); break;

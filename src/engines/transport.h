@@ -82,6 +82,11 @@ class Transport {
   // poisons this transport. Best effort, never blocks for long, never throws.
   virtual void abort(const std::string& why) noexcept = 0;
 
+  // Whether a receive posted before the peer sends saves a round trip (Gloo: every message
+  // waits for its receive to be announced), so that the algorithms post the receives of the
+  // next collective's fixed-size frames ahead. Over OpenMPI it only added work.
+  virtual bool receives_ahead() const { return false; }
+
   // Messages up to this size go out at once; larger ones wait for the receiver first (a
   // rendezvous), which costs a round trip. 0: every message is the same.
   virtual std::size_t eager_bytes() const { return 0; }

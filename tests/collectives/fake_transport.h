@@ -102,6 +102,7 @@ class FakeTransport : public detail::Transport {
   void native_all_reduce_f32(float*, std::size_t) override {}
   // Small steps, so the tests run the pipeline over many of them.
   std::size_t pipeline_bytes(std::size_t) const override { return 64 * 1024; }
+  bool receives_ahead() const override { return true; }
 
  private:
   struct Pending {

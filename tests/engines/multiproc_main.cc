@@ -47,7 +47,7 @@ std::uint64_t fnv(const void* data, std::size_t bytes, std::uint64_t h = 1469598
 int digest(Replicator& repl) {
   auto hashes = repl.run([&](ReplicaContext& ctx) {
     std::uint64_t h = 0;
-    // The largest is cut into several pipeline steps on both engines.
+    // The largest is cut into several pipeline steps on gloo.
     for (const std::size_t n : {1ul, 37ul, 100003ul, 3000017ul}) {
       auto v = data_of(ctx.replica_id(), n);
       ctx.all_reduce(v);

@@ -326,6 +326,7 @@ class GlooTransport final : public Transport {
   Ticket post(int lane, std::span<const SendOp> sends, std::span<const RecvOp> recvs) override;
   void wait(int lane, Ticket ticket, Clock::time_point deadline) override;
   void abort(const std::string& why) noexcept override;
+  bool receives_ahead() const override { return true; }
   // Every message costs a handshake of Gloo's event loops (tens of µs), but with every
   // receive posted ahead a step's transfer overlaps the reduction of the one before: at
   // least two steps per part, of 64 KiB to 1 MiB (measured best from 1 to 16 MiB).
