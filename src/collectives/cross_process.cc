@@ -147,12 +147,10 @@ void next_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane)
   }
 }
 
-// Sends this lane's frame (header + `payload`) to every other process and receives theirs
-// (posted ahead where the transport gains from it); throws CollectiveMismatch if any process called something else. Returns
-// the frames by process (this process's own at index rank).
-const std::byte* exchange_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
-                                 Transport::Clock::time_point deadline, const void* payload,
-                                 std::size_t payload_bytes) {
+// Posts this lane's frame (header + `payload`) to every other process, and the receives of
+// theirs unless they were posted ahead. Returns the ticket check_frames waits for.
+Transport::Ticket post_frame(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                             const void* payload, std::size_t payload_bytes) {
   const int P = layout.processes;
   std::byte* frames = lane.frames.data();
   std::byte* mine = frames + static_cast<std::size_t>(layout.rank) * kFrameBytes;
@@ -170,7 +168,17 @@ const std::byte* exchange_frames(const Peers& p, const ProcessLayout& layout, La
       lane.recvs.push_back({q, frames + static_cast<std::size_t>(q) * kFrameBytes, kFrameBytes});
     }
   }
-  wait(layout, p.me, post(layout, p.me, lane.sends, lane.recvs, p.mine()), deadline, p.mine());
+  return post(layout, p.me, lane.sends, lane.recvs, p.mine());
+}
+
+// Waits for the frames of `ticket` (post_frame's); throws CollectiveMismatch if any process
+// called something else. Returns the frames by process (this process's own at its rank).
+const std::byte* check_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                              Transport::Ticket ticket, Transport::Clock::time_point deadline) {
+  wait(layout, p.me, ticket, deadline, p.mine());
+  const int P = layout.processes;
+  std::byte* frames = lane.frames.data();
+  const FrameHeader header = header_of(p.mine());
   bool same = true;
   for (int q = 0; q < P; ++q) {
     FrameHeader theirs;
@@ -192,6 +200,13 @@ const std::byte* exchange_frames(const Peers& p, const ProcessLayout& layout, La
   message += ". Every replica must issue the same collectives in the same order, with the "
              "same dtype, size, root and reduce op.";
   throw CollectiveMismatch(message, header.sequence, std::move(calls));
+}
+
+const std::byte* exchange_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                                 Transport::Clock::time_point deadline, const void* payload,
+                                 std::size_t payload_bytes) {
+  return check_frames(p, layout, lane, post_frame(p, layout, lane, payload, payload_bytes),
+                      deadline);
 }
 
 const std::byte* payload_of(const std::byte* frames, int process) {
@@ -383,21 +398,31 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
         [&](std::size_t i, std::uint64_t at, std::uint64_t) { local_outputs(i, at); });
     return;
   }
-  exchange_frames(p, layout, lane, deadline, nullptr, 0);
+  // Where a receive posted early saves a round trip, the data's receives go out right behind
+  // the frame, before the frames are checked: on a mismatch no process sends data, and the
+  // failed run aborts the transport, so they are never matched.
+  const bool early = layout.transport->receives_ahead();
+  const Transport::Ticket framed = post_frame(p, layout, lane, nullptr, 0);
   if (gathered) {
     // Every process sends its rows of the whole slice to every other and combines them all:
     // one exchange instead of two, where a message costs more than its bytes.
-    lane.sends.clear();
     lane.recvs.clear();
     std::byte* cursor = received;
     for (int q = 0; q < P; ++q) {
       if (q == rank) continue;
-      for (std::size_t t = 0; t < mine.size(); ++t) lane.sends.push_back({q, lane.rows[t], row});
       for (std::size_t t = 0; t < layout.subtrees[static_cast<std::size_t>(q)].size(); ++t) {
         lane.recvs.push_back({q, cursor, row});
         cursor += row;
       }
     }
+    if (early) post(layout, p.me, {}, lane.recvs, d);
+    check_frames(p, layout, lane, framed, deadline);
+    lane.sends.clear();
+    for (int q = 0; q < P; ++q) {
+      if (q == rank) continue;
+      for (std::size_t t = 0; t < mine.size(); ++t) lane.sends.push_back({q, lane.rows[t], row});
+    }
+    if (early) lane.recvs.clear();
     exchange(layout, p.me, lane.sends, lane.recvs, deadline, d);
     combine(
         lo, hi,
@@ -449,6 +474,7 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
   std::byte* const results =
       single ? element(p.of(0).call.buffers[seg], lo - seg_base) : result;
 
+  if (!early) check_frames(p, layout, lane, framed, deadline);
   lane.tickets.clear();
   for (std::uint64_t step = 0; step < steps; ++step) {
     lane.recvs.clear();
@@ -482,6 +508,7 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
     }
   }
   post(layout, p.me, {}, lane.recvs, d);
+  if (early) check_frames(p, layout, lane, framed, deadline);
   Transport::Ticket last = post(layout, p.me, lane.sends, {}, d);
   for (std::uint64_t step = 0; step < steps; ++step) {
     const auto [ma, mb] = chunk(rank, step);

@@ -44,11 +44,11 @@ struct GlooOptions {
 //                    connected (with a hint about --host), or the closing barrier of the
 //                    rendezvous failed (a peer died meanwhile).
 // The transport is thread-safe in the sense of Transport: one thread per lane at a time,
-// different lanes at once; abort() from any thread at any time. exchange() allocates
-// only small per-message objects of Gloo (no data copies, no big buffers); it skips
-// zero-byte messages (both sides skip the same ones) and copies messages to this process
-// itself (the k-th send to self is the k-th receive from self, in one exchange; unmatched
-// ones are InvalidArgument). Known limit of Gloo 0.5: a message whose transfer was under
+// different lanes at once; abort() from any thread at any time. post() allocates only
+// small per-message objects of Gloo (no data copies, no big buffers); it skips zero-byte
+// messages (both sides skip the same ones) and copies messages to this process itself at
+// once (the k-th send to self is the k-th receive from self, in one post; unmatched ones
+// are InvalidArgument). Known limit of Gloo 0.5: a message whose transfer was under
 // way when its peer died is not failed by Gloo; its wait ends at the deadline, as Timeout.
 std::unique_ptr<Transport> make_gloo_transport(const GlooOptions& options);
 

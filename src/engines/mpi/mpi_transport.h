@@ -32,7 +32,9 @@ bool launched_by_mpi();
 //   InvalidArgument `lanes` < 1 (raised on every process);
 //   Error        duplicating MPI_COMM_WORLD failed.
 // The transport is thread-safe in the sense of Transport: one thread per lane at a time,
-// different lanes at once; abort() from any thread at any time.
+// different lanes at once; abort() from any thread at any time. When a wait fails, the
+// lane's receives are cancelled, but OpenMPI cannot cancel a send: one a late peer has not
+// taken yet is freed unfinished after 50 ms, and that peer may still read its buffer.
 std::unique_ptr<Transport> make_mpi_transport(int lanes);
 
 // The same, with every message longer than `max_message_bytes` carried as several MPI
