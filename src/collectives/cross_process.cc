@@ -438,10 +438,7 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
     return;
   }
 
-  // (2)-(3) Pipelined in chunks. Every receive is posted first (the partials of each chunk
-  // of my part, chunk by chunk, then the owners' results of theirs), then every partial is
-  // sent; I combine chunk s of my part as soon as it has arrived and send its result at
-  // once, while later chunks still move.
+  // (2)-(3) Pipelined in steps of pipeline_bytes.
   const auto part = [&](int q) {
     const auto [a, b] = slice_of(hi - lo, q, P);
     return std::pair<std::uint64_t, std::uint64_t>{lo + a, lo + b};
@@ -474,46 +471,42 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
   std::byte* const results =
       single ? element(p.of(0).call.buffers[seg], lo - seg_base) : result;
 
-  if (!early) check_frames(p, layout, lane, framed, deadline);
-  lane.tickets.clear();
-  for (std::uint64_t step = 0; step < steps; ++step) {
-    lane.recvs.clear();
+  // My partials of chunk `step` of q's part, my result of chunk `step` of my part, to q; q's
+  // partials of chunk `step` of my part, q's result of chunk `step` of its part.
+  const auto send_partials = [&](int q, std::uint64_t step) {
+    const auto [ca, cb] = chunk(q, step);
+    if (cb <= ca) return;
+    const std::size_t off = partial_bytes(buffers, lo, ca, op);
+    const std::size_t bytes = partial_bytes(buffers, ca, cb, op);
+    for (std::size_t t = 0; t < mine.size(); ++t) lane.sends.push_back({q, lane.rows[t] + off, bytes});
+  };
+  const auto send_result = [&](int q, std::uint64_t step) {
     const auto [ma, mb] = chunk(rank, step);
     if (mb > ma) {
-      const std::size_t off = partial_bytes(buffers, my_a, ma, op);
-      const std::size_t bytes = partial_bytes(buffers, ma, mb, op);
-      for (int q = 0; q < P; ++q) {
-        if (q == rank) continue;
-        for (std::size_t t = 0; t < layout.subtrees[static_cast<std::size_t>(q)].size(); ++t) {
-          lane.recvs.push_back({q, received_row(q, t) + off, bytes});
-        }
-      }
+      lane.sends.push_back(
+          {q, results + element_bytes(buffers, lo, ma), element_bytes(buffers, ma, mb)});
     }
-    lane.tickets.push_back(post(layout, p.me, {}, lane.recvs, d));
-  }
-  lane.sends.clear();
-  lane.recvs.clear();
-  for (std::uint64_t step = 0; step < steps; ++step) {
-    for (int q = 0; q < P; ++q) {
-      if (q == rank) continue;
-      const auto [ca, cb] = chunk(q, step);
-      if (cb <= ca) continue;
+  };
+  const auto recv_partials = [&](int q, std::uint64_t step) {
+    const auto [ma, mb] = chunk(rank, step);
+    if (mb <= ma) return;
+    const std::size_t off = partial_bytes(buffers, my_a, ma, op);
+    const std::size_t bytes = partial_bytes(buffers, ma, mb, op);
+    for (std::size_t t = 0; t < layout.subtrees[static_cast<std::size_t>(q)].size(); ++t) {
+      lane.recvs.push_back({q, received_row(q, t) + off, bytes});
+    }
+  };
+  const auto recv_result = [&](int q, std::uint64_t step) {
+    const auto [ca, cb] = chunk(q, step);
+    if (cb > ca) {
       lane.recvs.push_back(
           {q, results + element_bytes(buffers, lo, ca), element_bytes(buffers, ca, cb)});
-      const std::size_t off = partial_bytes(buffers, lo, ca, op);
-      const std::size_t bytes = partial_bytes(buffers, ca, cb, op);
-      for (std::size_t t = 0; t < mine.size(); ++t) {
-        lane.sends.push_back({q, lane.rows[t] + off, bytes});
-      }
     }
-  }
-  post(layout, p.me, {}, lane.recvs, d);
-  if (early) check_frames(p, layout, lane, framed, deadline);
-  Transport::Ticket last = post(layout, p.me, lane.sends, {}, d);
-  for (std::uint64_t step = 0; step < steps; ++step) {
+  };
+  // Combines everyone's partials of chunk `step` of my part into the results.
+  const auto combine_step = [&](std::uint64_t step) {
     const auto [ma, mb] = chunk(rank, step);
-    if (mb <= ma) continue;
-    wait(layout, p.me, lane.tickets[step], deadline, d);
+    if (mb <= ma) return;
     const std::size_t own_offset = partial_bytes(buffers, lo, ma, op);
     const std::size_t received_offset = partial_bytes(buffers, my_a, ma, op);
     const std::size_t result_offset = element_bytes(buffers, lo, ma);
@@ -527,13 +520,60 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
           lane.outputs.clear();
           lane.outputs.push_back(result + result_offset + element_bytes(buffers, ma, ma + from_a));
         });
+  };
+  // Runs add(q) for every other process, into lane.sends / lane.recvs emptied first.
+  const auto for_peers = [&](auto&& add) {
     lane.sends.clear();
+    lane.recvs.clear();
     for (int q = 0; q < P; ++q) {
-      if (q != rank) lane.sends.push_back({q, results + result_offset, element_bytes(buffers, ma, mb)});
+      if (q != rank) add(q);
     }
-    last = post(layout, p.me, lane.sends, {}, d);
+  };
+
+  if (early) {
+    // Every receive is posted first (the partials of my part step by step, then the
+    // owners' results), then every partial is sent; step s is combined as soon as it has
+    // arrived and its result sent at once, while later steps still move.
+    lane.tickets.clear();
+    for (std::uint64_t step = 0; step < steps; ++step) {
+      for_peers([&](int q) { recv_partials(q, step); });
+      lane.tickets.push_back(post(layout, p.me, {}, lane.recvs, d));
+    }
+    for_peers([&](int q) {
+      for (std::uint64_t step = 0; step < steps; ++step) recv_result(q, step);
+    });
+    post(layout, p.me, {}, lane.recvs, d);
+    check_frames(p, layout, lane, framed, deadline);
+    for_peers([&](int q) {
+      for (std::uint64_t step = 0; step < steps; ++step) send_partials(q, step);
+    });
+    Transport::Ticket last = post(layout, p.me, lane.sends, {}, d);
+    for (std::uint64_t step = 0; step < steps; ++step) {
+      wait(layout, p.me, lane.tickets[step], deadline, d);
+      combine_step(step);
+      for_peers([&](int q) { send_result(q, step); });
+      last = post(layout, p.me, lane.sends, {}, d);
+    }
+    wait(layout, p.me, last, deadline, d);
+  } else {
+    // One exchange a step: everyone's partials of step s and the owners' results of step
+    // s - 1; step s is combined in between, while its data is still in cache.
+    check_frames(p, layout, lane, framed, deadline);
+    for (std::uint64_t step = 0; step <= steps; ++step) {
+      for_peers([&](int q) {
+        if (step < steps) {
+          send_partials(q, step);
+          recv_partials(q, step);
+        }
+        if (step > 0) {
+          send_result(q, step - 1);
+          recv_result(q, step - 1);
+        }
+      });
+      exchange(layout, p.me, lane.sends, lane.recvs, deadline, d);
+      if (step < steps) combine_step(step);
+    }
   }
-  wait(layout, p.me, last, deadline, d);
   if (single) {
     // Local buffer 0 holds the whole slice now; the others lack the other parts.
     for (int q = 0; q < P; ++q) {

@@ -39,8 +39,9 @@ using Step = std::function<void(ReplicaContext&)>;
 // Runs `step` on P fake processes of L replicas each; returns what each process's run threw.
 std::vector<std::exception_ptr> run_processes(int P, int L, const Step& step,
                                               std::chrono::milliseconds timeout =
-                                                  std::chrono::seconds(30)) {
-  auto network = std::make_shared<testing::FakeNetwork>(P);
+                                                  std::chrono::seconds(30),
+                                              bool receives_ahead = true) {
+  auto network = std::make_shared<testing::FakeNetwork>(P, receives_ahead);
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(P));
   std::vector<std::thread> processes;
   for (int rank = 0; rank < P; ++rank) {
@@ -111,34 +112,37 @@ TEST_P(LayoutTest, AllReduceBitsMatchTheLocalEngine) {
         reference_bf[static_cast<std::size_t>(ctx.replica_id())] = b;
       });
     }
-    std::vector<std::vector<float>> got(static_cast<std::size_t>(R));
-    std::vector<std::vector<bfloat16>> got_bf(static_cast<std::size_t>(R));
-    std::vector<std::vector<std::int32_t>> got_fused(static_cast<std::size_t>(R));
-    expect_no_errors(run_processes(P, L, [&](ReplicaContext& ctx) {
-      ASSERT_EQ(ctx.num_replicas(), R);
-      auto v = data_of(ctx.replica_id(), n);
-      std::vector<bfloat16> b;
-      for (float x : v) b.emplace_back(x);
-      ctx.all_reduce(v);
-      ctx.all_reduce(b, {.op = ReduceOp::kMean});
-      // Fused, mixed dtypes: floats again plus integers with a closed form.
-      auto f = data_of(ctx.replica_id(), n);
-      std::vector<std::int32_t> k(n / 2 + 3, ctx.replica_id() + 1);
-      const Buffer fused[] = {Buffer::of(std::span(f)), Buffer::of(std::span(k))};
-      ctx.all_reduce(std::span<const Buffer>(fused));
-      EXPECT_EQ(std::memcmp(f.data(), v.data(), n * sizeof(float)), 0);
-      got[static_cast<std::size_t>(ctx.replica_id())] = v;
-      got_bf[static_cast<std::size_t>(ctx.replica_id())] = b;
-      got_fused[static_cast<std::size_t>(ctx.replica_id())] = k;
-    }));
-    for (int r = 0; r < R; ++r) {
-      const auto u = static_cast<std::size_t>(r);
-      ASSERT_EQ(got[u].size(), n);
-      EXPECT_EQ(std::memcmp(got[u].data(), reference[u].data(), n * sizeof(float)), 0)
-          << "f32 sum, replica " << r << ", n " << n;
-      EXPECT_EQ(std::memcmp(got_bf[u].data(), reference_bf[u].data(), n * 2), 0)
-          << "bf16 mean, replica " << r << ", n " << n;
-      EXPECT_EQ(got_fused[u], std::vector<std::int32_t>(n / 2 + 3, R * (R + 1) / 2));
+    // Both ways of the algorithms: receives posted ahead (as over Gloo) or not (OpenMPI).
+    for (const bool ahead : {true, false}) {
+      std::vector<std::vector<float>> got(static_cast<std::size_t>(R));
+      std::vector<std::vector<bfloat16>> got_bf(static_cast<std::size_t>(R));
+      std::vector<std::vector<std::int32_t>> got_fused(static_cast<std::size_t>(R));
+      expect_no_errors(run_processes(P, L, [&](ReplicaContext& ctx) {
+        ASSERT_EQ(ctx.num_replicas(), R);
+        auto v = data_of(ctx.replica_id(), n);
+        std::vector<bfloat16> b;
+        for (float x : v) b.emplace_back(x);
+        ctx.all_reduce(v);
+        ctx.all_reduce(b, {.op = ReduceOp::kMean});
+        // Fused, mixed dtypes: floats again plus integers with a closed form.
+        auto f = data_of(ctx.replica_id(), n);
+        std::vector<std::int32_t> k(n / 2 + 3, ctx.replica_id() + 1);
+        const Buffer fused[] = {Buffer::of(std::span(f)), Buffer::of(std::span(k))};
+        ctx.all_reduce(std::span<const Buffer>(fused));
+        EXPECT_EQ(std::memcmp(f.data(), v.data(), n * sizeof(float)), 0);
+        got[static_cast<std::size_t>(ctx.replica_id())] = v;
+        got_bf[static_cast<std::size_t>(ctx.replica_id())] = b;
+        got_fused[static_cast<std::size_t>(ctx.replica_id())] = k;
+      }, std::chrono::seconds(30), ahead));
+      for (int r = 0; r < R; ++r) {
+        const auto u = static_cast<std::size_t>(r);
+        ASSERT_EQ(got[u].size(), n);
+        EXPECT_EQ(std::memcmp(got[u].data(), reference[u].data(), n * sizeof(float)), 0)
+            << "f32 sum, replica " << r << ", n " << n << ", ahead " << ahead;
+        EXPECT_EQ(std::memcmp(got_bf[u].data(), reference_bf[u].data(), n * 2), 0)
+            << "bf16 mean, replica " << r << ", n " << n;
+        EXPECT_EQ(got_fused[u], std::vector<std::int32_t>(n / 2 + 3, R * (R + 1) / 2));
+      }
     }
   }
 }

@@ -20,7 +20,10 @@ namespace replicator::testing {
 
 class FakeNetwork : public std::enable_shared_from_this<FakeNetwork> {
  public:
-  explicit FakeNetwork(int processes) : processes_(processes) {}
+  // `receives_ahead`: what the endpoints' receives_ahead() says (both ways of the
+  // algorithms run over it).
+  explicit FakeNetwork(int processes, bool receives_ahead = true)
+      : processes_(processes), receives_ahead_(receives_ahead) {}
 
   // The endpoint of process `rank`, with `lanes` lanes.
   std::unique_ptr<detail::Transport> endpoint(int rank, int lanes);
@@ -35,6 +38,7 @@ class FakeNetwork : public std::enable_shared_from_this<FakeNetwork> {
   std::map<Key, std::deque<std::vector<std::byte>>> queues_;
   std::vector<std::string> aborted_by_;  // messages of processes that aborted
   int processes_;
+  bool receives_ahead_;
 };
 
 class FakeTransport : public detail::Transport {
@@ -102,7 +106,7 @@ class FakeTransport : public detail::Transport {
   void native_all_reduce_f32(float*, std::size_t) override {}
   // Small steps, so the tests run the pipeline over many of them.
   std::size_t pipeline_bytes(std::size_t) const override { return 64 * 1024; }
-  bool receives_ahead() const override { return true; }
+  bool receives_ahead() const override { return network_->receives_ahead_; }
 
  private:
   struct Pending {
