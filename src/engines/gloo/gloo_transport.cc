@@ -62,6 +62,7 @@
 #include <vector>
 
 #include "replicator/errors.h"
+#include "src/engines/poison.h"
 
 namespace replicator::detail {
 namespace {
@@ -373,11 +374,11 @@ class GlooTransport final : public Transport {
   void finish(Lane& lane, bool all) noexcept;
   // Throws Aborted for a poisoned transport, once Gloo can no longer touch the lane's buffers.
   [[noreturn]] void drop_poisoned(Lane& lane);
-  std::string reason() const;
+  std::string reason() const { return poison_.reason(); }
   // The failure `peer` announced in the store, if any.
   std::optional<std::string> announced_failure(int peer) noexcept;
 
-  [[noreturn]] void throw_poisoned() const;
+  [[noreturn]] void throw_poisoned() const { poison_.throw_aborted("gloo engine"); }
   [[noreturn]] void fail_message(int lane, std::size_t index, const std::exception_ptr& error,
                                  Clock::time_point start, Clock::time_point deadline);
   [[noreturn]] void time_out(int lane, std::size_t index, Clock::time_point start,
@@ -392,9 +393,8 @@ class GlooTransport final : public Transport {
   std::shared_ptr<gloo::transport::Device> device_;
   std::unique_ptr<Lane[]> lanes_;
 
-  alignas(64) std::atomic<bool> poisoned_{false};
-  mutable std::mutex mu_;  // guards the two below
-  std::string reason_;     // why the transport is poisoned
+  Poison poison_;
+  std::mutex mu_;  // guards `announced_`
   bool announced_ = false;
 };
 
@@ -570,7 +570,7 @@ Transport::Ticket GlooTransport::post(int lane, std::span<const SendOp> sends,
     self = self || op.peer == rank_;
   }
   Lane& l = lanes_[lane];
-  if (poisoned_.load(std::memory_order_acquire)) drop_poisoned(l);
+  if (poison_.is_set()) drop_poisoned(l);
   if (self) copy_to_self(lane, sends, recvs);
 
   const Clock::time_point start = Clock::now();
@@ -615,7 +615,7 @@ Transport::Ticket GlooTransport::post(int lane, std::span<const SendOp> sends,
 void GlooTransport::wait(int lane, Ticket ticket, Clock::time_point deadline) {
   check_lane(lane);
   Lane& l = lanes_[lane];
-  if (poisoned_.load(std::memory_order_acquire)) drop_poisoned(l);
+  if (poison_.is_set()) drop_poisoned(l);
   std::size_t end = l.head;
   while (end < l.messages.size() && l.messages[end].ticket <= ticket) ++end;
   if (end == l.head) return;
@@ -628,7 +628,7 @@ void GlooTransport::wait(int lane, Ticket ticket, Clock::time_point deadline) {
     std::lock_guard lock(l.mu);
     l.waiting = true;
   }
-  if (poisoned_.load(std::memory_order_acquire)) drop_poisoned(l);
+  if (poison_.is_set()) drop_poisoned(l);
   for (; l.head < end; ++l.head) {
     gloo::transport::UnboundBuffer& buffer = *l.buffers[l.head];
     bool completed = false;
@@ -682,7 +682,7 @@ void GlooTransport::fail_message(int lane, std::size_t index, const std::excepti
                                  Clock::time_point start, Clock::time_point deadline) {
   Lane& l = lanes_[lane];
   if (Clock::now() >= deadline) time_out(lane, index, start, deadline);
-  if (poisoned_.load(std::memory_order_acquire)) {
+  if (poison_.is_set()) {
     fail(reason(), reason());
     finish(l, true);
     throw_poisoned();
@@ -760,27 +760,15 @@ void GlooTransport::time_out(int lane, std::size_t index, Clock::time_point star
   throw Timeout(why, "exchange", 0, limit, std::move(missing));
 }
 
-std::string GlooTransport::reason() const {
-  std::lock_guard lock(mu_);
-  return reason_;
-}
-
-void GlooTransport::throw_poisoned() const {
-  throw Aborted("gloo engine: the transport was poisoned by an earlier failure (" + reason() +
-                    "); restart the job",
-                std::nullopt);
-}
-
 void GlooTransport::fail(const std::string& reason, const std::string& why) noexcept {
+  poison_.set(reason);
   bool announce = false;
   try {
     std::lock_guard lock(mu_);
-    if (reason_.empty()) reason_ = reason;
     announce = !announced_;
     announced_ = true;
   } catch (...) {
   }
-  poisoned_.store(true, std::memory_order_release);
   if (announce) {
     // Written before the connections close, so that a peer that sees them close finds it.
     try {
@@ -822,7 +810,7 @@ void GlooTransport::abort(const std::string& why) noexcept {
 }
 
 void GlooTransport::native_all_reduce_f32(float* data, std::size_t count) {
-  if (poisoned_.load(std::memory_order_acquire)) throw_poisoned();
+  if (poison_.is_set()) throw_poisoned();
   if (count == 0 || size_ == 1) return;
   try {
     gloo::AllreduceOptions options(lanes_[0].context);
@@ -836,7 +824,7 @@ void GlooTransport::native_all_reduce_f32(float* data, std::size_t count) {
     const std::string why = "gloo engine: gloo::allreduce of " + std::to_string(count) +
                             " floats on lane 0 failed: " + what_of(std::current_exception()) +
                             "; the transport is poisoned, restart the job";
-    const bool was_poisoned = poisoned_.load(std::memory_order_acquire);
+    const bool was_poisoned = poison_.is_set();
     fail(why, why);
     if (was_poisoned) throw_poisoned();
     throw Error(why);

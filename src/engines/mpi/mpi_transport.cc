@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "replicator/errors.h"
+#include "src/engines/poison.h"
 
 namespace replicator::detail {
 namespace {
@@ -214,13 +215,10 @@ class MpiTransport final : public Transport {
   // Cancels every request of the lane still pending, waits a moment for them, frees the
   // rest, and empties the lane.
   void cancel_pending(const Pending& p);
-  // Marks the transport poisoned; the first reason given is kept.
-  void poison(const std::string& reason);
-  std::string reason() const;
   // Throws Aborted if a peer's abort notice is waiting on the control communicator.
   void check_control(const Pending& p);
 
-  [[noreturn]] void throw_poisoned() const;
+  [[noreturn]] void throw_poisoned() const { poison_.throw_aborted("mpi engine"); }
   [[noreturn]] void fail_post(int lane, int rc, int peer, bool is_recv);
   [[noreturn]] void fail_request(const Pending& p, int rc);
   [[noreturn]] void time_out(const Pending& p, Clock::time_point start, Clock::time_point deadline);
@@ -236,9 +234,8 @@ class MpiTransport final : public Transport {
   MPI_Comm control_ = MPI_COMM_NULL;
   std::vector<Lane> lanes_;
 
-  alignas(64) std::atomic<bool> poisoned_{false};
-  mutable std::mutex mu_;  // guards everything below
-  std::string reason_;     // why the transport is poisoned
+  Poison poison_;
+  std::mutex mu_;  // guards everything below
   bool abort_sent_ = false;
   // The abort notice's text and its sends to every peer; MPI reads the buffer until the
   // sends complete, so both live as long as the transport (or longer, see the destructor).
@@ -357,7 +354,7 @@ Transport::Ticket MpiTransport::post(int lane, std::span<const SendOp> sends,
     check_peer(lane, op.peer, "send");
     count += messages_for(op.bytes);
   }
-  if (poisoned_.load(std::memory_order_acquire)) {
+  if (poison_.is_set()) {
     cancel_pending({lane, 0, 0});
     throw_poisoned();
   }
@@ -396,7 +393,7 @@ Transport::Ticket MpiTransport::post(int lane, std::span<const SendOp> sends,
 
 void MpiTransport::wait(int lane, Ticket ticket, Clock::time_point deadline) {
   check_lane(lane);
-  if (poisoned_.load(std::memory_order_acquire)) {
+  if (poison_.is_set()) {
     cancel_pending({lane, 0, 0});
     throw_poisoned();
   }
@@ -427,7 +424,7 @@ void MpiTransport::wait(int lane, Ticket ticket, Clock::time_point deadline) {
 
     const Clock::time_point now = Clock::now();
     if (now >= deadline) time_out(p, start, deadline);
-    if (poisoned_.load(std::memory_order_acquire)) release(p);
+    if (poison_.is_set()) release(p);
     const auto waited = now - start;
     const bool napping = waited >= kYield;
     if (napping || polls % kControlEvery == 0) check_control(p);
@@ -474,28 +471,9 @@ void MpiTransport::cancel_pending(const Pending& p) {
   l.head = 0;
 }
 
-void MpiTransport::poison(const std::string& reason) {
-  {
-    std::lock_guard lock(mu_);
-    if (reason_.empty()) reason_ = reason;
-  }
-  poisoned_.store(true, std::memory_order_release);
-}
-
-std::string MpiTransport::reason() const {
-  std::lock_guard lock(mu_);
-  return reason_;
-}
-
-void MpiTransport::throw_poisoned() const {
-  throw Aborted("mpi engine: the transport was poisoned by an earlier failure (" + reason() +
-                    "); restart the job",
-                std::nullopt);
-}
-
 void MpiTransport::release(const Pending& p) {
   cancel_pending(p);
-  throw Aborted(reason(), std::nullopt);
+  throw Aborted(poison_.reason(), std::nullopt);
 }
 
 void MpiTransport::check_control(const Pending& p) {
@@ -516,12 +494,12 @@ void MpiTransport::check_control(const Pending& p) {
         "mpi engine: exchange on lane " + std::to_string(p.lane) +
         ": receiving abort notices from the other processes failed: " + mpi_error_string(rc) +
         "; the transport is poisoned, restart the job";
-    poison(why);
+    poison_.set(why);
     cancel_pending(p);
     throw Error(why);
   }
   const std::string why = "process " + std::to_string(status.MPI_SOURCE) + " failed: " + text;
-  poison(why);
+  poison_.set(why);
   cancel_pending(p);
   throw Aborted(why, std::nullopt);
 }
@@ -531,7 +509,7 @@ void MpiTransport::fail_post(int lane, int rc, int peer, bool is_recv) {
                           ": posting a " + (is_recv ? "receive from" : "send to") + " process " +
                           std::to_string(peer) + " failed: " + mpi_error_string(rc) +
                           "; the transport is poisoned, restart the job";
-  poison(why);
+  poison_.set(why);
   cancel_pending({lane, 0, 0});
   throw PeerLost(why, peer);
 }
@@ -564,7 +542,7 @@ void MpiTransport::fail_request(const Pending& p, int rc) {
   const std::string why = "mpi engine: exchange on lane " + std::to_string(p.lane) +
                           " failed while " + where + ": " + mpi_error_string(code) +
                           "; the transport is poisoned, restart the job";
-  poison(why);
+  poison_.set(why);
   cancel_pending(p);
   if (peer >= 0) throw PeerLost(why, peer);
   throw Error(why);
@@ -596,16 +574,15 @@ void MpiTransport::time_out(const Pending& p, Clock::time_point start, Clock::ti
       "mpi engine: exchange on lane " + std::to_string(p.lane) + " timed out: " + who +
       (receives_done ? " did not take delivery" : " did not deliver") + " within " +
       std::to_string(limit.count()) + " ms; the transport is poisoned, restart the job";
-  poison(why);
+  poison_.set(why);
   cancel_pending(p);
   throw Timeout(why, "exchange", 0, limit, std::move(missing));
 }
 
 void MpiTransport::abort(const std::string& why) noexcept {
   try {
+    poison_.set("process " + std::to_string(rank_) + " failed: " + why);
     std::lock_guard lock(mu_);
-    if (reason_.empty()) reason_ = "process " + std::to_string(rank_) + " failed: " + why;
-    poisoned_.store(true, std::memory_order_release);
     if (abort_sent_) return;
     abort_sent_ = true;
     const std::size_t length = std::min(why.size(), kMaxAbortText);
@@ -621,12 +598,12 @@ void MpiTransport::abort(const std::string& why) noexcept {
     }
   } catch (...) {
     // Out of memory or a broken mutex: the peers go unwarned, but this process is poisoned.
-    poisoned_.store(true, std::memory_order_release);
+    poison_.set(why);
   }
 }
 
 void MpiTransport::native_all_reduce_f32(float* data, std::size_t count) {
-  if (poisoned_.load(std::memory_order_acquire)) throw_poisoned();
+  if (poison_.is_set()) throw_poisoned();
   const std::size_t step = std::max<std::size_t>(max_message_ / sizeof(float), 1);
   for (std::size_t done = 0; done < count;) {
     const std::size_t chunk = std::min(count - done, step);
@@ -636,7 +613,7 @@ void MpiTransport::native_all_reduce_f32(float* data, std::size_t count) {
       const std::string why = "mpi engine: MPI_Allreduce of " + std::to_string(count) +
                               " floats on lane 0 failed (all processes): " + mpi_error_string(rc) +
                               "; the transport is poisoned, restart the job";
-      poison(why);
+      poison_.set(why);
       throw Error(why);
     }
     done += chunk;
