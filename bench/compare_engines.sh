@@ -22,25 +22,10 @@ max_bytes=64M
 repeats=5
 copy_bytes=64M
 
-usage() {
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
-  exit 2
-}
-
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --min-bytes) min_bytes="${2:?--min-bytes needs a value}"; shift 2 ;;
-    --max-bytes) max_bytes="${2:?--max-bytes needs a value}"; shift 2 ;;
-    --repeats) repeats="${2:?--repeats needs a value}"; shift 2 ;;
-    --copy-bytes) copy_bytes="${2:?--copy-bytes needs a value}"; shift 2 ;;
-    --min-bytes=*) min_bytes="${1#*=}"; shift ;;
-    --max-bytes=*) max_bytes="${1#*=}"; shift ;;
-    --repeats=*) repeats="${1#*=}"; shift ;;
-    --copy-bytes=*) copy_bytes="${1#*=}"; shift ;;
-    -h|--help) usage ;;
-    *) echo "compare_engines.sh: unknown argument '$1'" >&2; usage ;;
-  esac
-done
+usage_lines=2,16
+# shellcheck source=bench/args.sh
+source "$(dirname "$0")/args.sh"
+parse_bench_args "$@"
 
 bin="$build_dir/replicator"
 if [[ ! -x "$bin" ]]; then

@@ -18,25 +18,10 @@ max_bytes=256M
 repeats=5
 copy_bytes=256M
 
-usage() {
-  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
-  exit 2
-}
-
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --min-bytes) min_bytes="${2:?--min-bytes needs a value}"; shift 2 ;;
-    --max-bytes) max_bytes="${2:?--max-bytes needs a value}"; shift 2 ;;
-    --repeats) repeats="${2:?--repeats needs a value}"; shift 2 ;;
-    --copy-bytes) copy_bytes="${2:?--copy-bytes needs a value}"; shift 2 ;;
-    --min-bytes=*) min_bytes="${1#*=}"; shift ;;
-    --max-bytes=*) max_bytes="${1#*=}"; shift ;;
-    --repeats=*) repeats="${1#*=}"; shift ;;
-    --copy-bytes=*) copy_bytes="${1#*=}"; shift ;;
-    -h|--help) usage ;;
-    *) echo "compare_mpi.sh: unknown argument '$1'" >&2; usage ;;
-  esac
-done
+usage_lines=2,9
+# shellcheck source=bench/args.sh
+source "$(dirname "$0")/args.sh"
+parse_bench_args "$@"
 
 ours_bin="$build_dir/replicator"
 mpi_bin="$build_dir/mpi_allreduce_bench"
