@@ -122,15 +122,19 @@ void wait(const ProcessLayout& layout, int lane, Transport::Ticket ticket,
 // frame then lands at once, without a round trip to announce the receive. Posted at the
 // end of every collective (after every receive of its data, so messages still match in
 // order), and before the first one.
-void post_frame_receives(const ProcessLayout& layout, int me, LaneScratch& lane,
-                         const Descriptor& d) {
-  const int P = layout.processes;
+// The receives of every other process's frame, into lane.recvs (emptied first).
+void frame_receives(const ProcessLayout& layout, LaneScratch& lane) {
   lane.recvs.clear();
-  for (int q = 0; q < P; ++q) {
+  for (int q = 0; q < layout.processes; ++q) {
     if (q == layout.rank) continue;
     lane.recvs.push_back(
         {q, lane.frames.data() + static_cast<std::size_t>(q) * kFrameBytes, kFrameBytes});
   }
+}
+
+void post_frame_receives(const ProcessLayout& layout, int me, LaneScratch& lane,
+                         const Descriptor& d) {
+  frame_receives(layout, lane);
   post(layout, me, {}, lane.recvs, d);
   lane.frames_ahead = true;
 }
@@ -161,12 +165,10 @@ Transport::Ticket post_frame(const Peers& p, const ProcessLayout& layout, LaneSc
   for (int q = 0; q < P; ++q) {
     if (q != layout.rank) lane.sends.push_back({q, mine, kFrameBytes});
   }
-  lane.recvs.clear();
-  if (!lane.frames_ahead) {
-    for (int q = 0; q < P; ++q) {
-      if (q == layout.rank) continue;
-      lane.recvs.push_back({q, frames + static_cast<std::size_t>(q) * kFrameBytes, kFrameBytes});
-    }
+  if (lane.frames_ahead) {
+    lane.recvs.clear();
+  } else {
+    frame_receives(layout, lane);
   }
   return post(layout, p.me, lane.sends, lane.recvs, p.mine());
 }
@@ -301,17 +303,22 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
   bool all_aliased = alias_rows;
   for (const Subtree& s : mine) all_aliased = all_aliased && s.size == 1;
   const std::size_t rows_bytes = small || !all_aliased ? mine.size() * row : 0;
+  // Received rows are stored process by process, subtree by subtree: row_index(q, t) is
+  // where q's subtree t goes among the other processes' rows.
+  const auto row_index = [&](int q, std::size_t t) {
+    std::size_t index = 0;
+    for (int k = 0; k < q; ++k) {
+      if (k != rank) index += layout.subtrees[static_cast<std::size_t>(k)].size();
+    }
+    return index + t;
+  };
+  const std::size_t received_rows = row_index(P, 0);
   std::size_t recv_bytes = 0;
   if (gathered) {
-    for (int q = 0; q < P; ++q) {
-      if (q != rank) recv_bytes += layout.subtrees[static_cast<std::size_t>(q)].size() * row;
-    }
+    recv_bytes = received_rows * row;
   } else if (!small) {
     const auto [pa, pb] = slice_of(hi - lo, rank, P);
-    const std::size_t part_bytes = partial_bytes(buffers, lo + pa, lo + pb, op);
-    for (int q = 0; q < P; ++q) {
-      if (q != rank) recv_bytes += layout.subtrees[static_cast<std::size_t>(q)].size() * part_bytes;
-    }
+    recv_bytes = received_rows * partial_bytes(buffers, lo + pa, lo + pb, op);
   }
   const std::size_t result_bytes =
       small || gathered || single ? 0 : element_bytes(buffers, lo, hi);
@@ -427,12 +434,7 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
     combine(
         lo, hi,
         [&](int q, std::size_t t) -> const std::byte* {
-          if (q == rank) return lane.rows[t];
-          std::size_t index = 0;
-          for (int k = 0; k < q; ++k) {
-            if (k != rank) index += layout.subtrees[static_cast<std::size_t>(k)].size();
-          }
-          return received + (index + t) * row;
+          return q == rank ? lane.rows[t] : received + row_index(q, t) * row;
         },
         [&](std::size_t i, std::uint64_t at, std::uint64_t) { local_outputs(i, at); });
     return;
@@ -459,13 +461,9 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
   }
   const auto [my_a, my_b] = part(rank);
   const std::size_t my_part_bytes = partial_bytes(buffers, my_a, my_b, op);
-  // Received rows are stored process by process, subtree by subtree, each a whole part.
+  // Each received row is a whole part.
   const auto received_row = [&](int q, std::size_t t) {
-    std::size_t index = 0;
-    for (int k = 0; k < q; ++k) {
-      if (k != rank) index += layout.subtrees[static_cast<std::size_t>(k)].size();
-    }
-    return received + (index + t) * my_part_bytes;
+    return received + row_index(q, t) * my_part_bytes;
   };
   // Results: into local buffer 0 (one buffer) or the result row (several).
   std::byte* const results =
