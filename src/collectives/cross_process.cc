@@ -298,8 +298,51 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
   const bool alias_rows =
       single && partial_size(buffers[seg].dtype, op) == dtype_size(buffers[seg].dtype);
 
-  // Arena: my partial rows (unless they all alias buffers) | received partial rows (my
-  // part only) | result row (elements, unless results land in the buffers).
+  // Pipelined geometry (the path past the frames and the gathered one): the slice is cut
+  // into P parts, each part into steps of about pipeline_bytes.
+  const bool pipelined = !small && !gathered;
+  const bool early = layout.transport->receives_ahead();
+  const auto part = [&](int q) {
+    const auto [a, b] = slice_of(hi - lo, q, P);
+    return std::pair<std::uint64_t, std::uint64_t>{lo + a, lo + b};
+  };
+  std::uint64_t step_elements = 1;
+  if (pipelined) {
+    const std::uint64_t largest_part = (hi - lo + P - 1) / static_cast<std::uint64_t>(P);
+    const std::size_t step_bytes =
+        layout.transport->pipeline_bytes(largest_part * partial_size(d.dtype, op));
+    step_elements = std::max<std::uint64_t>(64, step_bytes / partial_size(d.dtype, op));
+  }
+  const auto chunk = [&](int q, std::uint64_t k) {
+    const auto [a, b] = part(q);
+    const std::uint64_t ca = std::min(b, a + k * step_elements);
+    return std::pair<std::uint64_t, std::uint64_t>{ca, std::min(b, ca + step_elements)};
+  };
+  std::uint64_t steps = 0;
+  for (int q = 0; pipelined && q < P; ++q) {
+    const auto [a, b] = part(q);
+    steps = std::max(steps, (b - a + step_elements - 1) / step_elements);
+  }
+  const auto [my_a, my_b] = part(rank);
+  // Where a received step of partials lands: with every receive posted at once, each step
+  // has its own place in rows as long as my part; otherwise a step is combined before the
+  // next is received, so every step reuses one row as long as the largest step, which
+  // stays in cache instead of streaming the whole part through memory.
+  std::uint64_t received_row_bytes = 0;
+  if (pipelined && early) {
+    received_row_bytes = partial_bytes(buffers, my_a, my_b, op);
+  } else if (pipelined) {
+    for (std::uint64_t step = 0; step < steps; ++step) {
+      const auto [ma, mb] = chunk(rank, step);
+      received_row_bytes = std::max(received_row_bytes, partial_bytes(buffers, ma, mb, op));
+    }
+  }
+  const auto received_offset_of = [&](std::uint64_t at) {
+    return early ? partial_bytes(buffers, my_a, at, op) : 0;
+  };
+
+  // Arena: my partial rows (unless they all alias buffers) | received partial rows (of
+  // my part) | result row (elements, unless results land in the buffers).
   bool all_aliased = alias_rows;
   for (const Subtree& s : mine) all_aliased = all_aliased && s.size == 1;
   const std::size_t rows_bytes = small || !all_aliased ? mine.size() * row : 0;
@@ -316,9 +359,8 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
   std::size_t recv_bytes = 0;
   if (gathered) {
     recv_bytes = received_rows * row;
-  } else if (!small) {
-    const auto [pa, pb] = slice_of(hi - lo, rank, P);
-    recv_bytes = received_rows * partial_bytes(buffers, lo + pa, lo + pb, op);
+  } else if (pipelined) {
+    recv_bytes = received_rows * received_row_bytes;
   }
   const std::size_t result_bytes =
       small || gathered || single ? 0 : element_bytes(buffers, lo, hi);
@@ -408,7 +450,6 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
   // Where a receive posted early saves a round trip, the data's receives go out right behind
   // the frame, before the frames are checked: on a mismatch no process sends data, and the
   // failed run aborts the transport, so they are never matched.
-  const bool early = layout.transport->receives_ahead();
   const Transport::Ticket framed = post_frame(p, layout, lane, nullptr, 0);
   if (gathered) {
     // Every process sends its rows of the whole slice to every other and combines them all:
@@ -440,30 +481,9 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
     return;
   }
 
-  // (2)-(3) Pipelined in steps of pipeline_bytes.
-  const auto part = [&](int q) {
-    const auto [a, b] = slice_of(hi - lo, q, P);
-    return std::pair<std::uint64_t, std::uint64_t>{lo + a, lo + b};
-  };
-  const std::uint64_t largest_part = (hi - lo + P - 1) / static_cast<std::uint64_t>(P);
-  const std::size_t step_bytes =
-      layout.transport->pipeline_bytes(largest_part * partial_size(d.dtype, op));
-  const std::uint64_t kChunk = std::max<std::uint64_t>(64, step_bytes / partial_size(d.dtype, op));
-  const auto chunk = [&](int q, std::uint64_t k) {
-    const auto [a, b] = part(q);
-    const std::uint64_t ca = std::min(b, a + k * kChunk);
-    return std::pair<std::uint64_t, std::uint64_t>{ca, std::min(b, ca + kChunk)};
-  };
-  std::uint64_t steps = 0;
-  for (int q = 0; q < P; ++q) {
-    const auto [a, b] = part(q);
-    steps = std::max(steps, (b - a + kChunk - 1) / kChunk);
-  }
-  const auto [my_a, my_b] = part(rank);
-  const std::size_t my_part_bytes = partial_bytes(buffers, my_a, my_b, op);
-  // Each received row is a whole part.
+  // (2)-(3) Pipelined.
   const auto received_row = [&](int q, std::size_t t) {
-    return received + row_index(q, t) * my_part_bytes;
+    return received + row_index(q, t) * received_row_bytes;
   };
   // Results: into local buffer 0 (one buffer) or the result row (several).
   std::byte* const results =
@@ -488,7 +508,7 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
   const auto recv_partials = [&](int q, std::uint64_t step) {
     const auto [ma, mb] = chunk(rank, step);
     if (mb <= ma) return;
-    const std::size_t off = partial_bytes(buffers, my_a, ma, op);
+    const std::size_t off = received_offset_of(ma);
     const std::size_t bytes = partial_bytes(buffers, ma, mb, op);
     for (std::size_t t = 0; t < layout.subtrees[static_cast<std::size_t>(q)].size(); ++t) {
       lane.recvs.push_back({q, received_row(q, t) + off, bytes});
@@ -506,7 +526,7 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
     const auto [ma, mb] = chunk(rank, step);
     if (mb <= ma) return;
     const std::size_t own_offset = partial_bytes(buffers, lo, ma, op);
-    const std::size_t received_offset = partial_bytes(buffers, my_a, ma, op);
+    const std::size_t received_offset = received_offset_of(ma);
     const std::size_t result_offset = element_bytes(buffers, lo, ma);
     combine(
         ma, mb,
