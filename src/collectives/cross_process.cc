@@ -14,9 +14,11 @@ namespace {
 // Frames are fixed-size so that two processes that disagree about a collective still
 // exchange well-formed messages and can say what each called.
 // 256 bytes, four cache lines: what a small all-reduce costs is mostly the lines that
-// cross between cores, so the frame is kept small (up to 192 bytes of partials ride in it).
+// cross between cores, so the frame is kept small (up to 216 bytes of partials ride in it),
+// and where the transport lets a receive take a shorter message, only its header and
+// payload are sent.
 constexpr std::size_t kFrameBytes = 256;
-constexpr std::size_t kHeaderBytes = 64;
+constexpr std::size_t kHeaderBytes = 40;
 constexpr std::size_t kFramePayload = kFrameBytes - kHeaderBytes;
 // Up to this many bytes of partials per process, an all-reduce sends every process's
 // partials of the whole slice to every other (one exchange after the frames) instead of
@@ -161,9 +163,11 @@ Transport::Ticket post_frame(const Peers& p, const ProcessLayout& layout, LaneSc
   const FrameHeader header = header_of(p.mine());
   std::memcpy(mine, &header, sizeof header);
   if (payload_bytes > 0) std::memcpy(mine + kHeaderBytes, payload, payload_bytes);
+  const std::size_t sent =
+      layout.transport->receives_shorter() ? kHeaderBytes + payload_bytes : kFrameBytes;
   lane.sends.clear();
   for (int q = 0; q < P; ++q) {
-    if (q != layout.rank) lane.sends.push_back({q, mine, kFrameBytes});
+    if (q != layout.rank) lane.sends.push_back({q, mine, sent});
   }
   if (lane.frames_ahead) {
     lane.recvs.clear();

@@ -87,6 +87,11 @@ class Transport {
   // next collective's fixed-size frames ahead. Over OpenMPI it only added work.
   virtual bool receives_ahead() const { return false; }
 
+  // Whether a receive may be matched by a shorter message (the rest of its buffer is left as
+  // it was): then a frame carries only its used bytes. OpenMPI: yes; Gloo: a message must be
+  // exactly as long as the receive it matches.
+  virtual bool receives_shorter() const { return false; }
+
   // Messages up to this size go out at once; larger ones wait for the receiver first (a
   // rendezvous), which costs a round trip. 0: every message is the same.
   virtual std::size_t eager_bytes() const { return 0; }

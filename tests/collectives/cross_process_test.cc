@@ -36,12 +36,17 @@ TEST(CanonicalSubtreesTest, AlignedPowerOfTwoBlocks) {
 
 using Step = std::function<void(ReplicaContext&)>;
 
+// How the fake network behaves: like Gloo (receives posted ahead, messages exactly as long
+// as their receives) or like OpenMPI (no receives ahead, shorter messages accepted).
+enum class Wire { kGloo, kMpi };
+
 // Runs `step` on P fake processes of L replicas each; returns what each process's run threw.
 std::vector<std::exception_ptr> run_processes(int P, int L, const Step& step,
                                               std::chrono::milliseconds timeout =
                                                   std::chrono::seconds(30),
-                                              bool receives_ahead = true) {
-  auto network = std::make_shared<testing::FakeNetwork>(P, receives_ahead);
+                                              Wire wire = Wire::kGloo) {
+  auto network = std::make_shared<testing::FakeNetwork>(P, wire == Wire::kGloo,
+                                                        wire == Wire::kMpi);
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(P));
   std::vector<std::thread> processes;
   for (int rank = 0; rank < P; ++rank) {
@@ -112,8 +117,8 @@ TEST_P(LayoutTest, AllReduceBitsMatchTheLocalEngine) {
         reference_bf[static_cast<std::size_t>(ctx.replica_id())] = b;
       });
     }
-    // Both ways of the algorithms: receives posted ahead (as over Gloo) or not (OpenMPI).
-    for (const bool ahead : {true, false}) {
+    // Both ways of the algorithms: as over Gloo and as over OpenMPI.
+    for (const Wire wire : {Wire::kGloo, Wire::kMpi}) {
       std::vector<std::vector<float>> got(static_cast<std::size_t>(R));
       std::vector<std::vector<bfloat16>> got_bf(static_cast<std::size_t>(R));
       std::vector<std::vector<std::int32_t>> got_fused(static_cast<std::size_t>(R));
@@ -133,12 +138,12 @@ TEST_P(LayoutTest, AllReduceBitsMatchTheLocalEngine) {
         got[static_cast<std::size_t>(ctx.replica_id())] = v;
         got_bf[static_cast<std::size_t>(ctx.replica_id())] = b;
         got_fused[static_cast<std::size_t>(ctx.replica_id())] = k;
-      }, std::chrono::seconds(30), ahead));
+      }, std::chrono::seconds(30), wire));
       for (int r = 0; r < R; ++r) {
         const auto u = static_cast<std::size_t>(r);
         ASSERT_EQ(got[u].size(), n);
         EXPECT_EQ(std::memcmp(got[u].data(), reference[u].data(), n * sizeof(float)), 0)
-            << "f32 sum, replica " << r << ", n " << n << ", ahead " << ahead;
+            << "f32 sum, replica " << r << ", n " << n << ", mpi wire " << (wire == Wire::kMpi);
         EXPECT_EQ(std::memcmp(got_bf[u].data(), reference_bf[u].data(), n * 2), 0)
             << "bf16 mean, replica " << r << ", n " << n;
         EXPECT_EQ(got_fused[u], std::vector<std::int32_t>(n / 2 + 3, R * (R + 1) / 2));
@@ -210,22 +215,29 @@ INSTANTIATE_TEST_SUITE_P(Layouts, LayoutTest,
                                   std::to_string(info.param.local);
                          });
 
+// Both wires: over the OpenMPI-like one the two processes' frames differ in length too.
 TEST(CrossProcessTest, MismatchIsRaisedOnEveryReplicaOfEveryProcess) {
-  std::atomic<int> mismatches{0};
-  const auto errors = run_processes(2, 2, [&](ReplicaContext& ctx) {
-    std::vector<float> v(ctx.replica_id() < 2 ? 4 : 5, 1.f);
-    try {
-      ctx.all_reduce(v);
-    } catch (const CollectiveMismatch& e) {
-      EXPECT_NE(std::string(e.what()).find("process 1 (replicas 2-3) called all_reduce(f32 x 5"),
+  for (const Wire wire : {Wire::kGloo, Wire::kMpi}) {
+    std::atomic<int> mismatches{0};
+    const auto errors = run_processes(
+        2, 2,
+        [&](ReplicaContext& ctx) {
+          std::vector<float> v(ctx.replica_id() < 2 ? 4 : 5, 1.f);
+          try {
+            ctx.all_reduce(v);
+          } catch (const CollectiveMismatch& e) {
+            EXPECT_NE(
+                std::string(e.what()).find("process 1 (replicas 2-3) called all_reduce(f32 x 5"),
                 std::string::npos)
-          << e.what();
-      ++mismatches;
-      throw;
-    }
-  });
-  EXPECT_EQ(mismatches.load(), 4);
-  for (const auto& e : errors) EXPECT_TRUE(e);
+                << e.what();
+            ++mismatches;
+            throw;
+          }
+        },
+        std::chrono::seconds(30), wire);
+    EXPECT_EQ(mismatches.load(), 4) << "mpi wire " << (wire == Wire::kMpi);
+    for (const auto& e : errors) EXPECT_TRUE(e);
+  }
 }
 
 TEST(CrossProcessTest, StepFailureInOneProcessReleasesTheOthers) {

@@ -20,10 +20,13 @@ namespace replicator::testing {
 
 class FakeNetwork : public std::enable_shared_from_this<FakeNetwork> {
  public:
-  // `receives_ahead`: what the endpoints' receives_ahead() says (both ways of the
-  // algorithms run over it).
-  explicit FakeNetwork(int processes, bool receives_ahead = true)
-      : processes_(processes), receives_ahead_(receives_ahead) {}
+  // `receives_ahead`, `receives_shorter`: what the endpoints' receives_ahead() and
+  // receives_shorter() say (every way of the algorithms runs over it). A message longer
+  // than its receive, or shorter where receives_shorter is false, fails the wait.
+  explicit FakeNetwork(int processes, bool receives_ahead = true, bool receives_shorter = false)
+      : processes_(processes),
+        receives_ahead_(receives_ahead),
+        receives_shorter_(receives_shorter) {}
 
   // The endpoint of process `rank`, with `lanes` lanes.
   std::unique_ptr<detail::Transport> endpoint(int rank, int lanes);
@@ -39,6 +42,7 @@ class FakeNetwork : public std::enable_shared_from_this<FakeNetwork> {
   std::vector<std::string> aborted_by_;  // messages of processes that aborted
   int processes_;
   bool receives_ahead_;
+  bool receives_shorter_;
 };
 
 class FakeTransport : public detail::Transport {
@@ -86,12 +90,12 @@ class FakeTransport : public detail::Transport {
         }
       }
       std::vector<std::byte>& message = queue.front();
-      if (message.size() != r.bytes) {
+      if (message.size() > r.bytes || (message.size() < r.bytes && !net.receives_shorter_)) {
         l.recvs.clear();
         throw InvalidArgument("fake transport: message of " + std::to_string(message.size()) +
                               " bytes where " + std::to_string(r.bytes) + " were expected");
       }
-      if (r.bytes > 0) std::memcpy(r.data, message.data(), r.bytes);
+      if (!message.empty()) std::memcpy(r.data, message.data(), message.size());
       queue.pop_front();
       l.recvs.pop_front();
     }
@@ -107,6 +111,7 @@ class FakeTransport : public detail::Transport {
   // Small steps, so the tests run the pipeline over many of them.
   std::size_t pipeline_bytes(std::size_t) const override { return 64 * 1024; }
   bool receives_ahead() const override { return network_->receives_ahead_; }
+  bool receives_shorter() const override { return network_->receives_shorter_; }
 
  private:
   struct Pending {
