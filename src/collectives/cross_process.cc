@@ -24,6 +24,9 @@ constexpr std::size_t kFramePayload = kFrameBytes - kHeaderBytes;
 // partials of the whole slice to every other (one exchange after the frames) instead of
 // owner parts and results (two).
 constexpr std::size_t kGatherBytes = std::size_t{16} << 10;
+// A pipelined step's results at least this large are written past the cache where peers copy
+// them straight out of this process's memory (Transport::streamed_results).
+constexpr std::size_t kStreamBytes = std::size_t{256} << 10;
 
 struct FrameHeader {
   std::uint64_t sequence;
@@ -412,7 +415,8 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
   for (int q = 0; q < P; ++q) {
     for (const Subtree& s : layout.subtrees[static_cast<std::size_t>(q)]) lane.sizes.push_back(s.size);
   }
-  const auto combine = [&](std::uint64_t a, std::uint64_t b, auto&& row_of, auto&& outputs_of) {
+  const auto combine = [&](std::uint64_t a, std::uint64_t b, auto&& row_of, auto&& outputs_of,
+                           bool streaming = false) {
     std::size_t offset = 0;
     for_each_piece(buffers, a, b, [&](std::size_t i, std::uint64_t at, std::uint64_t len,
                                       std::uint64_t from_a) {
@@ -431,7 +435,8 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
                    .outputs = lane.outputs.data(),
                    .num_outputs = static_cast<int>(lane.outputs.size()),
                    .count = len,
-                   .divisor = divisor},
+                   .divisor = divisor,
+                   .streaming = streaming},
                   *p.scratch);
       offset += len * partial_size(buffers[i].dtype, op);
     });
@@ -541,7 +546,8 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
           if (single) return local_outputs(i, at);
           lane.outputs.clear();
           lane.outputs.push_back(result + result_offset + element_bytes(buffers, ma, ma + from_a));
-        });
+        },
+        layout.transport->streamed_results() && element_bytes(buffers, ma, mb) >= kStreamBytes);
   };
   // Runs add(q) for every other process, into lane.sends / lane.recvs emptied first.
   const auto for_peers = [&](auto&& add) {

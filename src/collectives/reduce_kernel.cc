@@ -7,6 +7,10 @@
 #include <cstring>
 #include <type_traits>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "src/collectives/half_convert.h"
 
 namespace replicator::detail {
@@ -51,6 +55,44 @@ inline void store_block(const A* __restrict in, T* __restrict out, std::size_t m
   } else {
     for (std::size_t i = 0; i < m; ++i) out[i] = static_cast<T>(in[i]);
   }
+}
+
+// memcpy with non-temporal stores (a plain memcpy where the platform has none); the caller
+// fences once it has streamed everything.
+inline void stream_copy(void* dst, const void* src, std::size_t bytes) {
+#if defined(__SSE2__)
+  auto* d = static_cast<std::byte*>(dst);
+  const auto* s = static_cast<const std::byte*>(src);
+  const std::size_t misaligned = reinterpret_cast<std::uintptr_t>(d) % 16;
+  const std::size_t head = std::min(bytes, misaligned == 0 ? 0 : 16 - misaligned);
+  std::memcpy(d, s, head);
+  d += head;
+  s += head;
+  bytes -= head;
+  for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), e);
+  }
+  for (; bytes >= 16; bytes -= 16, d += 16, s += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+  }
+  std::memcpy(d, s, bytes);
+#else
+  std::memcpy(dst, src, bytes);
+#endif
+}
+
+inline void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 // Integer arithmetic wraps (done in the unsigned type, so it is defined behaviour).
@@ -101,7 +143,8 @@ inline void combine_block(A* dst, const A* a, const A* b, std::size_t m, bool di
 
 // The binary-counter stack holds pointers: a leaf already in the accumulator type is read
 // where it lies (no copy into the scratch), and the last combine writes straight into the
-// first output when that holds accumulators (the mean's division fused into it). Each
+// first output when that holds accumulators (the mean's division fused into it), unless
+// the outputs are streamed: then each block's result is streamed from the scratch. Each
 // block is read whole before any output of that block is written.
 template <typename T, ReduceOp Op, bool kInPartial, bool kOutPartial>
 void tree_reduce_typed(const ReduceCall& c, ReduceScratch& scratch) {
@@ -109,7 +152,8 @@ void tree_reduce_typed(const ReduceCall& c, ReduceScratch& scratch) {
   using In = std::conditional_t<kInPartial, A, T>;
   using Out = std::conditional_t<kOutPartial, A, T>;
   constexpr bool kLeavesInPlace = std::is_same_v<In, A>;
-  constexpr bool kDirectOut = std::is_same_v<Out, A>;
+  constexpr bool kSameOut = std::is_same_v<Out, A>;
+  const bool direct_out = kSameOut && !c.streaming;
   constexpr bool kDivide = Op == ReduceOp::kMean && !kOutPartial;
   constexpr std::size_t kBlock = ReduceScratch::kBlock;
   A* const levels = scratch.levels<A>();
@@ -117,13 +161,13 @@ void tree_reduce_typed(const ReduceCall& c, ReduceScratch& scratch) {
   int sizes[64];
   for (std::size_t base = 0; base < c.count; base += kBlock) {
     const std::size_t m = std::min(kBlock, c.count - base);
-    A* const out0 = kDirectOut ? static_cast<A*>(c.outputs[0]) + base : nullptr;
+    A* const out0 = direct_out ? static_cast<A*>(c.outputs[0]) + base : nullptr;
     int depth = 0;
     bool written = false;  // the last combine wrote out0
     bool divided = false;  // the last combine divided (kMean)
     const auto merge = [&](bool last) {
       A* dst = levels + static_cast<std::size_t>(depth - 2) * kBlock;
-      if (kDirectOut && last) {
+      if (direct_out && last) {
         dst = out0;
         written = true;
       }
@@ -150,7 +194,7 @@ void tree_reduce_typed(const ReduceCall& c, ReduceScratch& scratch) {
     // Leftover subtrees of decreasing size combine right to left.
     while (depth >= 2) merge(depth == 2);
 
-    if constexpr (kDirectOut) {
+    if constexpr (kSameOut) {
       if (written) {
         for (int k = 1; k < c.num_outputs; ++k) {
           std::memcpy(static_cast<A*>(c.outputs[k]) + base, out0, m * sizeof(A));
@@ -165,6 +209,19 @@ void tree_reduce_typed(const ReduceCall& c, ReduceScratch& scratch) {
       const auto d = static_cast<A>(c.divisor);
       for (std::size_t i = 0; i < m; ++i) result[i] = static_cast<A>(result[i] / d);
     }
+    if (c.streaming) {
+      // The block in its output type (converted into the next scratch block), then streamed.
+      const void* block = result;
+      if constexpr (!kSameOut) {
+        T* converted = reinterpret_cast<T*>(levels + kBlock);
+        store_block(result, converted, m);
+        block = converted;
+      }
+      for (int k = 0; k < c.num_outputs; ++k) {
+        stream_copy(static_cast<Out*>(c.outputs[k]) + base, block, m * sizeof(Out));
+      }
+      continue;
+    }
     for (int k = 0; k < c.num_outputs; ++k) {
       if constexpr (kOutPartial) {
         std::memcpy(static_cast<A*>(c.outputs[k]) + base, result, m * sizeof(A));
@@ -173,6 +230,7 @@ void tree_reduce_typed(const ReduceCall& c, ReduceScratch& scratch) {
       }
     }
   }
+  if (c.streaming) stream_fence();
 }
 
 template <typename T, ReduceOp Op>

@@ -52,6 +52,11 @@ struct ReduceCall {
   bool outputs_partial = false;  // write accumulators: no division, no rounding
   std::size_t count = 0;
   std::size_t divisor = 1;       // kMean divides by this (the total replica count)
+  // Write the outputs past the cache (non-temporal stores; fenced before the call returns).
+  // For large results that another process copies straight out of this one's memory: a
+  // result kept in this core's cache is read from there by the peer, and writing the same
+  // lines again in the next call then waits for each to come back.
+  bool streaming = false;
 };
 void tree_reduce(const ReduceCall& call, ReduceScratch& scratch);
 

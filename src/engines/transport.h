@@ -92,6 +92,11 @@ class Transport {
   // exactly as long as the receive it matches.
   virtual bool receives_shorter() const { return false; }
 
+  // Whether peers copy large messages straight out of this process's memory (OpenMPI's
+  // single-copy transfers between processes on one host), so that large results are best
+  // written past the cache (ReduceCall::streaming).
+  virtual bool streamed_results() const { return false; }
+
   // Messages up to this size go out at once; larger ones wait for the receiver first (a
   // rendezvous), which costs a round trip. 0: every message is the same.
   virtual std::size_t eager_bytes() const { return 0; }

@@ -178,6 +178,7 @@ class MpiTransport final : public Transport {
   // OpenMPI's shared-memory transport sends up to 4 KiB (its header included) eagerly.
   std::size_t eager_bytes() const override { return 4000; }
   bool receives_shorter() const override { return true; }
+  bool streamed_results() const override { return true; }
   void native_all_reduce_f32(float* data, std::size_t count) override;
 
  private:
