@@ -26,7 +26,7 @@ constexpr std::size_t kFramePayload = kFrameBytes - kHeaderBytes;
 constexpr std::size_t kGatherBytes = std::size_t{16} << 10;
 // A pipelined step's results at least this large are written past the cache where peers copy
 // them straight out of this process's memory (Transport::streamed_results).
-constexpr std::size_t kStreamBytes = std::size_t{256} << 10;
+constexpr std::size_t kStreamBytes = std::size_t{16} << 10;
 
 struct FrameHeader {
   std::uint64_t sequence;

@@ -413,9 +413,7 @@ void MpiTransport::wait(int lane, Ticket ticket, Clock::time_point deadline) {
   };
   if (end == l.head) return done_with();
 
-  // The clock is read from the first check on (a reading costs about as much as a short
-  // wait's every other step): phases count from there.
-  Clock::time_point start{};
+  const Clock::time_point start = Clock::now();
   MPI_Request* const requests = l.requests.data() + p.begin;
   const int count = static_cast<int>(p.end - p.begin);
   bool spinning = true;
@@ -427,7 +425,6 @@ void MpiTransport::wait(int lane, Ticket ticket, Clock::time_point deadline) {
     if (spinning && polls % kClockEvery != 0) continue;
 
     const Clock::time_point now = Clock::now();
-    if (start == Clock::time_point{}) start = now;
     if (now >= deadline) time_out(p, start, deadline);
     if (poison_.is_set()) release(p);
     const auto waited = now - start;
