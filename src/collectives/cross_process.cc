@@ -270,6 +270,10 @@ std::byte* element(const Buffer& b, std::uint64_t offset) {
 // about (k + 1)·(P-1)/P of the slice, k = its number of subtrees (1 when L is a power of
 // two). A slice whose partials fit in a frame travels in the frames: one round trip; up to
 // kGatherBytes, every process gets every process's partials and combines the whole slice.
+// Where peers copy results straight out of this process's memory (OpenMPI between processes
+// of one host), a step's results from kStreamBytes on are written past the cache: the peer
+// reads them from memory, and the next call's writes need not first take back lines the
+// peer's core holds.
 void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
                        Transport::Clock::time_point deadline) {
   const Descriptor& d = p.mine();
