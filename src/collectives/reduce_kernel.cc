@@ -202,7 +202,8 @@ void tree_reduce_typed(const ReduceCall& c, ReduceScratch& scratch) {
         continue;
       }
     }
-    // One input, or outputs of another type: the result goes through the scratch.
+    // One input, outputs of another type, or streamed outputs: the result goes through the
+    // scratch.
     A* result = levels;
     if (stack[0] != result) std::memcpy(result, stack[0], m * sizeof(A));
     if (kDivide && !divided) {

@@ -55,8 +55,8 @@ class Transport {
   // in later wait() calls on the lane. Returns the post's ticket. Messages between two processes
   // on one lane are delivered in the order they were posted: the k-th message one process
   // sends to another on a lane lands in the k-th receive the other posted from it. Sizes must
-  // match the peer's; a mismatch is an error of the caller (the algorithms exchange headers
-  // first). Send buffers are read and receive buffers written until a wait() covering the
+  // match the peer's (a send may be shorter than its receive where receives_shorter()); a
+  // mismatch is an error of the caller (the algorithms exchange headers first). Send buffers are read and receive buffers written until a wait() covering the
   // ticket returns, or until the call that reports a failure of the transport throws (every
   // message of the lane is abandoned then; OpenMPI cannot cancel a send that a peer has not
   // taken, see mpi_transport.h). Throws InvalidArgument (lane or peer out of range), Aborted
