@@ -68,7 +68,7 @@
 #include "bench/median.h"
 #include "bench/memory_bandwidth.h"
 #include "replicator/replicator.h"
-#include "src/core/replicator_internal.h"
+#include "src/runtime/testing.h"
 
 namespace replicator::apps {
 
@@ -310,7 +310,7 @@ struct Settings {
   int replicas = 2;              // R = P x L
   int rank = 0;                  // this process; only process 0 prints
   // Measure the engine's own all-reduce beside ours (mpi or gloo, f32 sum).
-  detail::Transport* native = nullptr;
+  detail::NativeCollectives* native = nullptr;
   std::vector<std::uint64_t> sizes;
   std::optional<int> iters;
   int warmup = 5;
@@ -595,7 +595,7 @@ class CollectiveBench {
   // thread of each process: ours' warmup, a barrier, `iters` timed calls. Per call, this
   // process's time.
   double native_run(std::size_t count, int iters) {
-    detail::Transport& transport = *s_.native;
+    detail::NativeCollectives& transport = *s_.native;
     auto* data = reinterpret_cast<float*>(arenas_[0].data());  // replica 0's, pre-faulted
     float token = 0;
     for (int i = 0; i < s_.warmup; ++i) transport.native_all_reduce_f32(data, count);
@@ -840,17 +840,20 @@ int run_bench_collectives(const Flags& f) {
   }
 
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::optional<Replicator> repl;
+  std::unique_ptr<Replicator> repl;
+  detail::Transport* transport = nullptr;  // owned by repl
   int copy_threads = 0;
   if (!s.across_processes()) {
     s.local_replicas = s.replicas = config.local_replicas;
     // The machine's own bandwidth, measured first, with the replica threads not yet started.
     copy_threads = std::min(s.replicas, cores);
     s.copy_gbps = bench::copy_bandwidth_gbps(copy_threads, copy_bytes);
-    repl.emplace(config);
+    repl = std::make_unique<Replicator>(config);
   } else {
-    repl.emplace(config);
-    detail::Transport* transport = detail::ReplicatorInternals::transport(*repl);
+    // The engine's transport is made here, so that its own collectives can run beside ours.
+    std::unique_ptr<detail::Transport> made = detail::make_transport(config);
+    transport = made.get();
+    repl = detail::make_replicator(config, std::move(made));
     s.local_replicas = repl->num_local_replicas();
     s.replicas = repl->num_replicas();
     s.processes = s.replicas / s.local_replicas;
@@ -902,7 +905,7 @@ int run_bench_collectives(const Flags& f) {
   // The engine's own all-reduce beside ours: it only does f32 sums.
   if (s.across_processes() &&
       std::find(s.kinds.begin(), s.kinds.end(), Kind::kAllReduce) != s.kinds.end()) {
-    detail::Transport* transport = detail::ReplicatorInternals::transport(*repl);
+    auto* native_collectives = dynamic_cast<detail::NativeCollectives*>(transport);
     const std::string native = s.engine + "-native";
     if (f.no_native) {
       print_note(s, native + " all-reduce not measured (--no-native)");
@@ -910,10 +913,10 @@ int run_bench_collectives(const Flags& f) {
       print_note(s, native + " all-reduce not measured: it only does f32 sums (this run: --dtype " +
                         std::string(to_string(s.dtype)) + " --op " + std::string(to_string(s.op)) +
                         ")");
-    } else if (transport == nullptr) {
+    } else if (native_collectives == nullptr || transport->size() < 2) {
       print_note(s, native + " all-reduce not measured: this job has no transport");
     } else {
-      s.native = transport;
+      s.native = native_collectives;
       if (!s.json) {
         print_note(s, native + " rows: the engine's own all-reduce (" +
                           (s.engine == "mpi" ? std::string("MPI_Allreduce, MPI_IN_PLACE")

@@ -43,7 +43,8 @@ struct Config {
   // Defaults overridden by REPLICATOR_<OPTION> for every option of `options()`
   // (REPLICATOR_LOCAL_REPLICAS, REPLICATOR_TIMEOUT such as "30s", REPLICATOR_ENGINE,
   // REPLICATOR_RANK, REPLICATOR_WORLD_SIZE, REPLICATOR_STORE, ...). A process started by
-  // mpirun or srun (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK set) gets the mpi engine
+  // mpirun or srun (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK set, or SLURM_PROCID with
+  // an MPI plugin in SLURM_MPI_TYPE) gets the mpi engine
   // unless REPLICATOR_ENGINE says otherwise. Throws ConfigError naming the variable and
   // the bad value.
   static Config from_env();

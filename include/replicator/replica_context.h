@@ -18,76 +18,22 @@
 // A ReplicaContext is used only by the thread running its replica.
 #pragma once
 
-#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <ranges>
 #include <span>
-#include <utility>
+#include <type_traits>
 
 #include "replicator/dtype.h"
+#include "replicator/options.h"
 
 namespace replicator {
 
-using Deadline = std::optional<std::chrono::milliseconds>;  // empty: Config::timeout
-
-struct ReduceOptions {
-  ReduceOp op = ReduceOp::kSum;
-  Deadline timeout;
-  // Optional tag every replica must pass equal, e.g. a hash of tensor shapes that the
-  // element count alone does not pin down; replicas that differ get CollectiveMismatch.
-  std::uint64_t signature = 0;
-};
-
-struct BroadcastOptions {
-  int root = 0;  // global replica id whose data every replica receives
-  Deadline timeout;
-  // Optional tag every replica must pass equal, e.g. a hash of tensor shapes that the
-  // element count alone does not pin down; replicas that differ get CollectiveMismatch.
-  std::uint64_t signature = 0;
-};
-
-struct CollectiveOptions {
-  Deadline timeout;
-  // Optional tag every replica must pass equal, e.g. a hash of tensor shapes that the
-  // element count alone does not pin down; replicas that differ get CollectiveMismatch.
-  std::uint64_t signature = 0;
-};
-
-// A (source, destination) pair of global replica ids for permute.
-using PermutePair = std::pair<int, int>;
-
 namespace detail {
 
-class LocalGroup;
+class Communicator;
 class WorkerPool;
-
-enum class OpKind : std::uint8_t {
-  kAllReduce,
-  kAllGather,
-  kBroadcast,
-  kReduceScatter,
-  kAllToAll,
-  kPermute,
-  kBarrier,
-  kEndStep,  // a replica's step function returned
-};
-
-// One collective call, type-erased. In-place ops (all_reduce, broadcast) use `buffers`;
-// the others use `input`/`output`.
-struct Call {
-  OpKind kind = OpKind::kBarrier;
-  ReduceOp op = ReduceOp::kSum;
-  int root = 0;
-  std::span<const Buffer> buffers;
-  Buffer input;
-  Buffer output;
-  std::span<const PermutePair> pairs;
-  Deadline timeout;
-  std::uint64_t signature = 0;  // compared across replicas with the rest of the call
-};
 
 template <typename Range>
 concept ElementRange = std::ranges::contiguous_range<Range> && std::ranges::sized_range<Range> &&
@@ -115,6 +61,10 @@ class ReplicaContext {
   // context is passed to them). Never blocks, never throws.
   static ReplicaContext* current() { return current_; }
 
+  // Each collective takes typed contiguous ranges (std::vector<float>, std::span<double>,
+  // ...) or, type-erased, Buffers (any dtype, e.g. from tensors); the two forms are the
+  // same collective.
+
   // Combines `data` over all replicas with `op` and writes the result into `data` on every
   // replica.
   template <detail::ElementRange Range>
@@ -127,15 +77,22 @@ class ReplicaContext {
   void all_reduce(std::span<const Buffer> buffers, const ReduceOptions& options = {});
 
   // output = concatenation of every replica's input in replica-id order;
-  // output.size() == input.size() * num_replicas().
+  // output.size() == input.size() * num_replicas(). `input` may be exactly this replica's
+  // block of `output` (in place).
   template <detail::ElementRange In, detail::ElementRange Out>
   void all_gather(In&& input, Out&& output, const CollectiveOptions& options = {}) {
-    call({.kind = detail::OpKind::kAllGather,
-          .input = detail::as_buffer(input),
-          .output = detail::as_buffer(output),
-          .timeout = options.timeout,
-          .signature = options.signature});
+    all_gather(detail::as_buffer(input), detail::as_buffer(output), options);
   }
+  void all_gather(Buffer input, Buffer output, const CollectiveOptions& options = {});
+
+  // The root's output = concatenation of every replica's input in replica-id order
+  // (output.size() == input.size() * num_replicas() on the root; the others' output is not
+  // touched and may be empty). `input` may be exactly the root's own block of its output.
+  template <detail::ElementRange In, detail::ElementRange Out>
+  void gather(In&& input, Out&& output, const GatherOptions& options = {}) {
+    gather(detail::as_buffer(input), detail::as_buffer(output), options);
+  }
+  void gather(Buffer input, Buffer output, const GatherOptions& options = {});
 
   // Copies the root replica's `data` into `data` on every replica.
   template <detail::ElementRange Range>
@@ -150,24 +107,17 @@ class ReplicaContext {
   // receives block r of the result in `output`.
   template <detail::ElementRange In, detail::ElementRange Out>
   void reduce_scatter(In&& input, Out&& output, const ReduceOptions& options = {}) {
-    call({.kind = detail::OpKind::kReduceScatter,
-          .op = options.op,
-          .input = detail::as_buffer(input),
-          .output = detail::as_buffer(output),
-          .timeout = options.timeout,
-          .signature = options.signature});
+    reduce_scatter(detail::as_buffer(input), detail::as_buffer(output), options);
   }
+  void reduce_scatter(Buffer input, Buffer output, const ReduceOptions& options = {});
 
   // `input` and `output` hold num_replicas() equal blocks; block j of replica r's input
   // becomes block r of replica j's output.
   template <detail::ElementRange In, detail::ElementRange Out>
   void all_to_all(In&& input, Out&& output, const CollectiveOptions& options = {}) {
-    call({.kind = detail::OpKind::kAllToAll,
-          .input = detail::as_buffer(input),
-          .output = detail::as_buffer(output),
-          .timeout = options.timeout,
-          .signature = options.signature});
+    all_to_all(detail::as_buffer(input), detail::as_buffer(output), options);
   }
+  void all_to_all(Buffer input, Buffer output, const CollectiveOptions& options = {});
 
   // For each (source, destination) pair, the destination's `output` receives the source's
   // `input`; a replica that is no pair's destination gets zeros. Every replica passes the
@@ -176,29 +126,26 @@ class ReplicaContext {
   template <detail::ElementRange In, detail::ElementRange Out>
   void permute(In&& input, Out&& output, std::span<const PermutePair> pairs,
                const CollectiveOptions& options = {}) {
-    call({.kind = detail::OpKind::kPermute,
-          .input = detail::as_buffer(input),
-          .output = detail::as_buffer(output),
-          .pairs = pairs,
-          .timeout = options.timeout,
-          .signature = options.signature});
+    permute(detail::as_buffer(input), detail::as_buffer(output), pairs, options);
   }
+  void permute(Buffer input, Buffer output, std::span<const PermutePair> pairs,
+               const CollectiveOptions& options = {});
 
   // Returns once every replica has called barrier.
   void barrier(const CollectiveOptions& options = {});
 
  private:
-  friend class Replicator;
-  friend class detail::LocalGroup;
   friend class detail::WorkerPool;
-  ReplicaContext(detail::LocalGroup* group, int replica_id, int num_replicas, int local_id,
+  ReplicaContext(detail::Communicator* comm, int replica_id, int num_replicas, int local_id,
                  int num_local)
-      : group_(group),
+      : comm_(comm),
         replica_id_(replica_id),
         num_replicas_(num_replicas),
         local_id_(local_id),
         num_local_(num_local) {}
-  void call(const detail::Call& call);
+  // The check every replica makes when its step function returns (its peers must not be
+  // waiting in a collective).
+  void end_step();
 
   // Makes `ctx` the calling thread's current() for the scope's lifetime.
   class CurrentScope {
@@ -213,7 +160,7 @@ class ReplicaContext {
   };
   static thread_local ReplicaContext* current_;
 
-  detail::LocalGroup* group_;
+  detail::Communicator* comm_;
   int replica_id_;
   int num_replicas_;
   int local_id_;

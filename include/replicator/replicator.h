@@ -9,8 +9,9 @@
 // The replicas are persistent threads made by the constructor. With the mpi or gloo
 // engine the job spans several processes, each running the same program with the same
 // number of local replicas: replica ids are rank * local_replicas + local id, and every
-// collective and reduce() covers all of them. Two Replicators are independent. A Replicator is driven from one thread at a time: run, per_replica and
-// reduce are not to be called concurrently on the same Replicator, nor from a step.
+// collective and reduce() covers all of them. Two Replicators are independent. A
+// Replicator is driven from one thread at a time: run, per_replica and reduce are not to
+// be called concurrently on the same Replicator, nor from a step.
 #pragma once
 
 #include <deque>
@@ -28,13 +29,19 @@
 
 namespace replicator {
 
+class Replicator;
+
 namespace detail {
-class LocalGroup;
+class Communicator;
 class WorkerPool;
 class ReduceScratch;
 class Transport;
 struct ProcessLayout;
-struct ReplicatorInternals;
+
+// A Replicator over a transport made by the caller (an engine of its own, or the in-memory
+// transport of the tests); config.engine is ignored. The test and benchmark interface, see
+// src/runtime/testing.h; throws as Replicator's constructor.
+std::unique_ptr<Replicator> make_replicator(Config config, std::unique_ptr<Transport> transport);
 
 // A non-owning reference to a callable taking ReplicaContext&.
 struct StepRef {
@@ -50,9 +57,6 @@ class Replicator {
   // ConfigError on a bad config or when processes disagree on local_replicas, and the
   // engine's errors (Timeout, PeerLost) when the rendezvous fails.
   explicit Replicator(Config config = Config{});
-  // The same over a transport made by the caller (an engine of its own, or the in-memory
-  // fake the tests use); config.engine is ignored.
-  Replicator(Config config, std::unique_ptr<detail::Transport> transport);
   // Stops and joins the replica threads. Not to be called while run() is in progress.
   ~Replicator();
   Replicator(const Replicator&) = delete;
@@ -127,7 +131,9 @@ class Replicator {
   }
 
  private:
-  friend struct detail::ReplicatorInternals;
+  friend std::unique_ptr<Replicator> detail::make_replicator(
+      Config config, std::unique_ptr<detail::Transport> transport);
+  Replicator(Config config, std::unique_ptr<detail::Transport> transport);
   template <typename F>
   static detail::StepRef ref(F& f) {
     return {&f, [](void* o, ReplicaContext& ctx) { (*static_cast<F*>(o))(ctx); }};
@@ -141,7 +147,7 @@ class Replicator {
   std::unique_ptr<detail::Transport> transport_;  // null for the local engine
   std::unique_ptr<detail::ProcessLayout> layout_;  // null in a one-process job
   std::string broken_;  // why a multi-process job can no longer run, if it cannot
-  std::unique_ptr<detail::LocalGroup> group_;
+  std::unique_ptr<detail::Communicator> comm_;
   std::unique_ptr<detail::WorkerPool> pool_;
   std::unique_ptr<detail::ReduceScratch> reduce_scratch_;  // for reduce(), made once
 };

@@ -4,7 +4,7 @@
 // once. The direct path needs the exit barrier: peers read this replica's input.
 #include <cstring>
 
-#include "src/collectives/peers.h"
+#include "src/collectives/table.h"
 
 namespace replicator::detail {
 

@@ -10,7 +10,7 @@
 // Staged path (small): each replica has copied its buffers into its staging area before
 // the entry barrier; after it, each replica reduces all R staged copies into its own
 // buffers. One barrier; R·S bytes read per replica.
-#include "src/collectives/peers.h"
+#include "src/collectives/table.h"
 
 namespace replicator::detail {
 

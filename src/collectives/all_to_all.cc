@@ -2,7 +2,7 @@
 // input. Each replica fills its own output: S bytes read and written per replica.
 #include <cstring>
 
-#include "src/collectives/peers.h"
+#include "src/collectives/table.h"
 
 namespace replicator::detail {
 

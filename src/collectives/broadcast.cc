@@ -7,7 +7,7 @@
 // One barrier.
 #include <cstring>
 
-#include "src/collectives/peers.h"
+#include "src/collectives/table.h"
 
 namespace replicator::detail {
 

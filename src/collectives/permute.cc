@@ -2,7 +2,7 @@
 // source's input into its output; a replica that is no destination writes zeros.
 #include <cstring>
 
-#include "src/collectives/peers.h"
+#include "src/collectives/table.h"
 
 namespace replicator::detail {
 

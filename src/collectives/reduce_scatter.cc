@@ -1,7 +1,7 @@
 // reduce_scatter on shared memory: replica r reduces block r of every replica's input in
 // the canonical tree order straight into its output. R·S/R bytes read per replica (S the
 // whole input), S/R written; all replicas at once.
-#include "src/collectives/peers.h"
+#include "src/collectives/table.h"
 
 namespace replicator::detail {
 

@@ -37,6 +37,27 @@ struct RecvOp {
   std::size_t bytes;   // must equal what the peer sends
 };
 
+// What a transport is like: facts the chooser (src/collectives/plan.h) plans from.
+struct TransportTraits {
+  // A receive posted before the peer sends saves a round trip (Gloo: every message waits
+  // for its receive to be announced), so the receives of the next collective's fixed-size
+  // frames are best posted ahead. Over OpenMPI it only adds work.
+  bool receives_ahead = false;
+  // A receive may be matched by a shorter message (the rest of its buffer is left as it
+  // was). OpenMPI: yes; Gloo: a message must be exactly as long as the receive it matches.
+  bool receives_shorter = false;
+  // Peers copy large messages straight out of this process's memory (OpenMPI's
+  // single-copy transfers between processes on one host).
+  bool streamed_results = false;
+  // Messages up to this size go out at once; larger ones wait for the receiver first (a
+  // rendezvous), which costs a round trip. 0: every message is the same.
+  std::size_t eager_bytes = 0;
+  // The range of message sizes a pipelined transfer is cut into: below `min_step_bytes`
+  // a message costs more than its bytes; past `max_step_bytes` nothing more is gained.
+  std::size_t min_step_bytes = std::size_t{64} << 10;
+  std::size_t max_step_bytes = std::size_t{4} << 20;
+};
+
 class Transport {
  public:
   using Clock = std::chrono::steady_clock;
@@ -55,7 +76,7 @@ class Transport {
   // in later wait() calls on the lane. Returns the post's ticket. Messages between two processes
   // on one lane are delivered in the order they were posted: the k-th message one process
   // sends to another on a lane lands in the k-th receive the other posted from it. Sizes must
-  // match the peer's (a send may be shorter than its receive where receives_shorter()); a
+  // match the peer's (a send may be shorter than its receive where traits().receives_shorter); a
   // mismatch is an error of the caller (the algorithms exchange headers first). Send buffers are read and receive buffers written until a wait() covering the
   // ticket returns, or until the call that reports a failure of the transport throws (every
   // message of the lane is abandoned then; OpenMPI cannot cancel a send that a peer has not
@@ -73,37 +94,12 @@ class Transport {
     wait(lane, post(lane, sends, recvs), deadline);
   }
 
-  // Bytes per step when a part of `part_bytes` moves in a pipeline: a large transfer is cut
-  // into steps of this size, each posted at once, so that one is reduced while the next ones
-  // still move. `part_bytes` or more: one step.
-  virtual std::size_t pipeline_bytes(std::size_t part_bytes) const = 0;
-
   // Tells every peer that this process failed (`why` goes into their Aborted message) and
   // poisons this transport. Best effort, never blocks for long, never throws.
   virtual void abort(const std::string& why) noexcept = 0;
 
-  // Whether a receive posted before the peer sends saves a round trip (Gloo: every message
-  // waits for its receive to be announced), so that the algorithms post the receives of the
-  // next collective's fixed-size frames ahead. Over OpenMPI it only added work.
-  virtual bool receives_ahead() const { return false; }
-
-  // Whether a receive may be matched by a shorter message (the rest of its buffer is left as
-  // it was): then a frame carries only its used bytes. OpenMPI: yes; Gloo: a message must be
-  // exactly as long as the receive it matches.
-  virtual bool receives_shorter() const { return false; }
-
-  // Whether peers copy large messages straight out of this process's memory (OpenMPI's
-  // single-copy transfers between processes on one host), so that large results are best
-  // written past the cache (ReduceCall::streaming).
-  virtual bool streamed_results() const { return false; }
-
-  // Messages up to this size go out at once; larger ones wait for the receiver first (a
-  // rendezvous), which costs a round trip. 0: every message is the same.
-  virtual std::size_t eager_bytes() const { return 0; }
-
-  // The engine's own all-reduce (MPI_Allreduce, gloo::allreduce) of f32 sums on lane 0,
-  // for benchmarks that compare against it. Blocks.
-  virtual void native_all_reduce_f32(float* data, std::size_t count) = 0;
+  // What the transport is like; the collectives' chooser plans from it. Never blocks.
+  virtual TransportTraits traits() const = 0;
 };
 
 }  // namespace replicator::detail

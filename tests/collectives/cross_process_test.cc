@@ -12,7 +12,8 @@
 #include <vector>
 
 #include "replicator/replicator.h"
-#include "src/collectives/cross_process.h"
+#include "src/collectives/across/across.h"
+#include "src/runtime/testing.h"
 #include "tests/collectives/fake_transport.h"
 
 namespace replicator {
@@ -55,8 +56,8 @@ std::vector<std::exception_ptr> run_processes(int P, int L, const Step& step,
         Config config;
         config.local_replicas = L;
         config.timeout = timeout;
-        Replicator repl(config, network->endpoint(rank, L));
-        repl.run(step);
+        auto repl = detail::make_replicator(config, network->endpoint(rank, L));
+        repl->run(step);
       } catch (...) {
         errors[static_cast<std::size_t>(rank)] = std::current_exception();
       }

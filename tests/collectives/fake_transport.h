@@ -20,8 +20,7 @@ namespace replicator::testing {
 
 class FakeNetwork : public std::enable_shared_from_this<FakeNetwork> {
  public:
-  // `receives_ahead`, `receives_shorter`: what the endpoints' receives_ahead() and
-  // receives_shorter() say (every way of the algorithms runs over it). A message longer
+  // `receives_ahead`, `receives_shorter`: what the endpoints' traits() say (every way of the algorithms runs over it). A message longer
   // than its receive, or shorter where receives_shorter is false, fails the wait.
   explicit FakeNetwork(int processes, bool receives_ahead = true, bool receives_shorter = false)
       : processes_(processes),
@@ -107,11 +106,14 @@ class FakeTransport : public detail::Transport {
     network_->cv_.notify_all();
   }
 
-  void native_all_reduce_f32(float*, std::size_t) override {}
   // Small steps, so the tests run the pipeline over many of them.
-  std::size_t pipeline_bytes(std::size_t) const override { return 64 * 1024; }
-  bool receives_ahead() const override { return network_->receives_ahead_; }
-  bool receives_shorter() const override { return network_->receives_shorter_; }
+  // Small steps, so that the tests' sizes run pipelines of several steps.
+  detail::TransportTraits traits() const override {
+    return {.receives_ahead = network_->receives_ahead_,
+            .receives_shorter = network_->receives_shorter_,
+            .min_step_bytes = 64 * 1024,
+            .max_step_bytes = 64 * 1024};
+  }
 
  private:
   struct Pending {

@@ -302,7 +302,7 @@ TEST(Worker, NativeAllReduceSums) {
        {std::size_t{0}, std::size_t{1}, std::size_t{1000}, std::size_t{1} << 20}) {
     std::vector<float> data(count);
     for (std::size_t i = 0; i < count; ++i) data[i] = static_cast<float>((t->rank() + 1) * (i % 7));
-    t->native_all_reduce_f32(data.data(), count);
+    native_of(*t).native_all_reduce_f32(data.data(), count);
     const float ranks = static_cast<float>(p * (p + 1) / 2);
     for (std::size_t i = 0; i < count; ++i) {
       ASSERT_EQ(data[i], ranks * static_cast<float>(i % 7)) << "count " << count << " at " << i;
@@ -336,7 +336,7 @@ TEST(Worker, LatencyOfFourBytes) {
   for (int i = 0; i < kWarmup + kIters; ++i) {
     float value = 1.0f;
     const auto start = Clock::now();
-    t->native_all_reduce_f32(&value, 1);
+    native_of(*t).native_all_reduce_f32(&value, 1);
     if (i >= kWarmup) allreduce_us.push_back(ms_since(start) * 1000);
     ASSERT_EQ(value, static_cast<float>(p));
   }
@@ -369,7 +369,7 @@ TEST(Worker, ReceiveThatNeverComesTimesOutNamingThePeer) {
     // Poisoned: every later call throws Aborted.
     EXPECT_THROW(t->exchange(0, {}, {&recv, 1}, Clock::now() + std::chrono::seconds(5)), Aborted);
     float value = 1;
-    EXPECT_THROW(t->native_all_reduce_f32(&value, 1), Aborted);
+    EXPECT_THROW(native_of(*t).native_all_reduce_f32(&value, 1), Aborted);
   } else if (t->rank() == 1) {
     // Rank 0 gives up on us and announces it: we are released with Aborted, not a hang.
     const RecvOp recv{0, &byte, 1};

@@ -5,6 +5,7 @@
 // The latency comparison with MPI_Sendrecv is a disabled test:
 //   mpirun -np 2 mpi_transport_test --gtest_also_run_disabled_tests --gtest_filter='*Latency*'
 #include "src/engines/mpi/mpi_transport.h"
+#include "src/engines/native.h"
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -166,11 +167,11 @@ TEST(MpiTransport, NativeAllReduce) {
   const int n = t->size();
   std::vector<float> data(1000);
   for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(t->rank() + i);
-  t->native_all_reduce_f32(data.data(), data.size());
+  native_of(*t).native_all_reduce_f32(data.data(), data.size());
   for (std::size_t i = 0; i < data.size(); ++i) {
     ASSERT_EQ(data[i], static_cast<float>(n * i + n * (n - 1) / 2)) << "element " << i;
   }
-  t->native_all_reduce_f32(nullptr, 0);
+  native_of(*t).native_all_reduce_f32(nullptr, 0);
 }
 
 TEST(MpiTransport, BadArguments) {

@@ -28,17 +28,13 @@
 
 #include "src/engines/gloo/gloo_transport.h"
 
-// The Debian headers of Gloo include <hiredis.h>; hiredis installs it as <hiredis/hiredis.h>.
-#define HIREDIS_NESTED_INCLUDE 1
 
 #include <gloo/allreduce.h>
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/prefix_store.h>
-#include <gloo/rendezvous/redis_store.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <signal.h>
@@ -62,7 +58,8 @@
 #include <vector>
 
 #include "replicator/errors.h"
-#include "src/engines/poison.h"
+#include "src/comm/poison.h"
+#include "src/engines/store/store.h"
 
 namespace replicator::detail {
 namespace {
@@ -77,14 +74,13 @@ constexpr std::uint32_t kAllreduceTag = 1;
 // Longest single wait handed to Gloo: it adds the wait to now() and must not overflow.
 constexpr milliseconds kMaxWait = std::chrono::hours(100);
 constexpr std::size_t kMaxAbortText = 4096;
-constexpr milliseconds kStorePoll{10};
 // How long a process whose peer's connection closed looks for the peer's failure notice
 // before it calls the peer lost. A peer that timed out writes its notice just after Gloo
 // closed its connections (Gloo closes them inside the wait that timed out), so the notice
 // can trail the close by a moment; a dead peer never writes one, and costs this much.
 constexpr milliseconds kAnnounceGrace{200};
 constexpr milliseconds kAnnouncePoll{2};
-// Steps of a pipelined all-reduce (see pipeline_bytes).
+// Steps of a pipelined all-reduce (see traits()).
 constexpr std::size_t kMinPipelineBytes = std::size_t{64} << 10;
 constexpr std::size_t kMaxPipelineBytes = std::size_t{4} << 20;
 
@@ -94,19 +90,6 @@ std::string join_ranks(std::vector<int> ranks) {
   std::string out;
   for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
   return out;
-}
-
-// What an exception from Gloo says, whatever its type.
-std::string what_of(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const gloo::EnforceNotMet& e) {
-    return e.msg();
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown error";
-  }
 }
 
 // Gloo writes to sockets a dead peer may have closed, without MSG_NOSIGNAL: with SIGPIPE's
@@ -125,196 +108,12 @@ void ignore_sigpipe_once() {
   });
 }
 
-// ---- store ---------------------------------------------------------------------------
-
-struct StoreUrl {
-  bool redis = false;
-  std::string path;  // file store: absolute folder
-  std::string host;  // redis
-  int port = 6379;
-  std::string text;  // as given
-};
-
-[[noreturn]] void bad_url(const std::string& url, const std::string& why) {
-  throw ConfigError("gloo engine: store URL '" + url + "' is not valid (" + why +
-                    "); expected file:///absolute/folder or redis://host:port");
-}
-
-StoreUrl parse_store_url(const std::string& url) {
-  StoreUrl parsed;
-  parsed.text = url;
-  constexpr std::string_view kFile = "file://";
-  constexpr std::string_view kRedis = "redis://";
-  const std::string_view text = url;
-  if (text.starts_with(kFile)) {
-    parsed.path = std::string(text.substr(kFile.size()));
-    if (parsed.path.empty() || parsed.path[0] != '/') {
-      bad_url(url, "a file store names an absolute folder, with three slashes: file:///dir");
-    }
-    return parsed;
-  }
-  if (!text.starts_with(kRedis)) {
-    bad_url(url, url.empty() ? "it is empty" : "unknown scheme");
-  }
-  parsed.redis = true;
-  std::string_view rest = text.substr(kRedis.size());
-  if (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
-  std::string_view port;
-  if (rest.starts_with('[')) {  // [IPv6]:port
-    const auto close = rest.find(']');
-    if (close == std::string_view::npos) bad_url(url, "unclosed '[' in the host");
-    parsed.host = std::string(rest.substr(1, close - 1));
-    rest = rest.substr(close + 1);
-    if (!rest.empty()) {
-      if (rest[0] != ':') bad_url(url, "expected ':port' after the host");
-      port = rest.substr(1);
-      if (port.empty()) bad_url(url, "empty port");
-    }
-  } else {
-    const auto colon = rest.rfind(':');
-    parsed.host = std::string(rest.substr(0, colon));
-    if (colon != std::string_view::npos) {
-      port = rest.substr(colon + 1);
-      if (port.empty()) bad_url(url, "empty port");
-    }
-  }
-  if (parsed.host.empty()) bad_url(url, "no host");
-  if (parsed.host.find_first_of("/?#@") != std::string::npos) {
-    bad_url(url,
-            "the host holds '/', '?', '#' or '@'; paths, queries and passwords are not "
-            "supported");
-  }
-  if (!port.empty()) {
-    int value = 0;
-    const auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-    if (ec != std::errc() || ptr != port.data() + port.size() || value < 1 || value > 65535) {
-      bad_url(url, "the port must be a number from 1 to 65535, got '" + std::string(port) + "'");
-    }
-    parsed.port = value;
-  }
-  return parsed;
-}
-
-// A wait on the store reached the rendezvous deadline.
-struct StoreTimeout : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// FileStore::check is protected; the transport needs a look that does not wait.
-class FileStore final : public gloo::rendezvous::FileStore {
- public:
-  using gloo::rendezvous::FileStore::check;
-  using gloo::rendezvous::FileStore::FileStore;
-};
-
-// The job's store: Gloo's FileStore or RedisStore behind a mutex (neither is thread-safe),
-// with every wait bounded by the rendezvous deadline (Gloo's own get() waits a fixed 30 s)
-// and a look that does not wait (`has`). Store failures become ConfigError naming the
-// store; a wait past the deadline throws StoreTimeout.
-class JobStore final : public gloo::rendezvous::Store {
- public:
-  explicit JobStore(StoreUrl url) : url_(std::move(url)) {
-    if (url_.redis) {
-      try {
-        redis_ = std::make_unique<gloo::rendezvous::RedisStore>(url_.host, url_.port);
-      } catch (...) {
-        throw ConfigError("gloo engine: cannot reach the Redis store at " + url_.host + ":" +
-                          std::to_string(url_.port) + " (" + what_of(std::current_exception()) +
-                          "); start redis-server there, or fix the store URL '" + url_.text + "'");
-      }
-      return;
-    }
-    std::error_code ec;
-    std::filesystem::create_directories(url_.path, ec);
-    if (!std::filesystem::is_directory(url_.path)) {
-      throw ConfigError("gloo engine: the file store folder '" + url_.path +
-                        "' does not exist and cannot be created" +
-                        (ec ? " (" + ec.message() + ")" : std::string()) +
-                        "; give a writable folder that every process sees, as file:///dir");
-    }
-    try {
-      file_ = std::make_unique<FileStore>(url_.path);
-    } catch (...) {
-      throw ConfigError("gloo engine: cannot use the file store folder '" + url_.path +
-                        "': " + what_of(std::current_exception()));
-    }
-  }
-
-  const StoreUrl& url() const { return url_; }
-  void set_deadline(Clock::time_point deadline) { deadline_ = deadline; }
-
-  void set(const std::string& key, const std::vector<char>& data) override {
-    std::lock_guard lock(mu_);
-    guarded("writing key '" + key + "'", [&] {
-      if (redis_) {
-        redis_->set(key, data);
-      } else {
-        file_->set(key, data);
-      }
-    });
-  }
-
-  std::vector<char> get(const std::string& key) override {
-    wait({key});
-    std::lock_guard lock(mu_);
-    std::vector<char> value;
-    guarded("reading key '" + key + "'",
-            [&] { value = redis_ ? redis_->get(key) : file_->get(key); });
-    return value;
-  }
-
-  void wait(const std::vector<std::string>& keys) override { wait_until(keys, deadline_); }
-
-  void wait(const std::vector<std::string>& keys, const milliseconds& timeout) override {
-    // Gloo passes its context timeout, which is ours; zero means "no timeout" to Gloo.
-    Clock::time_point until = deadline_;
-    if (timeout > milliseconds::zero()) until = std::min(until, Clock::now() + timeout);
-    wait_until(keys, until);
-  }
-
-  // Whether every key is set. Does not wait.
-  bool has(const std::vector<std::string>& keys) {
-    std::lock_guard lock(mu_);
-    bool found = false;
-    guarded("looking up keys", [&] { found = redis_ ? redis_->check(keys) : file_->check(keys); });
-    return found;
-  }
-
- private:
-  template <typename Fn>
-  void guarded(const std::string& what, Fn&& fn) {
-    try {
-      fn();
-    } catch (...) {
-      throw ConfigError("gloo engine: store " + url_.text + ": " + what +
-                        " failed: " + what_of(std::current_exception()));
-    }
-  }
-
-  void wait_until(const std::vector<std::string>& keys, Clock::time_point until) {
-    while (!has(keys)) {
-      if (Clock::now() >= until) {
-        std::string names;
-        for (const auto& key : keys) names += (names.empty() ? "" : ", ") + key;
-        throw StoreTimeout("waiting for " + names);
-      }
-      std::this_thread::sleep_for(kStorePoll);
-    }
-  }
-
-  const StoreUrl url_;
-  std::mutex mu_;
-  std::unique_ptr<FileStore> file_;
-  std::unique_ptr<gloo::rendezvous::RedisStore> redis_;
-  Clock::time_point deadline_ = Clock::time_point::max();
-};
-
 // ---- transport -----------------------------------------------------------------------
 
-class GlooTransport final : public Transport {
+class GlooTransport final : public Transport, public NativeCollectives {
  public:
   // Meets the other processes in the store and connects every lane; see make_gloo_transport.
-  GlooTransport(const GlooOptions& options, std::unique_ptr<JobStore> store);
+  GlooTransport(const GlooOptions& options, std::unique_ptr<Store> store);
   ~GlooTransport() override = default;
   GlooTransport(const GlooTransport&) = delete;
   GlooTransport& operator=(const GlooTransport&) = delete;
@@ -327,14 +126,18 @@ class GlooTransport final : public Transport {
   Ticket post(int lane, std::span<const SendOp> sends, std::span<const RecvOp> recvs) override;
   void wait(int lane, Ticket ticket, Clock::time_point deadline) override;
   void abort(const std::string& why) noexcept override;
-  bool receives_ahead() const override { return true; }
   // Every message costs a handshake of Gloo's event loops and wakes the waiting thread
   // (tens of µs, more when the cores are busy), which outweighs overlapping a step's
   // transfer with the reduction of the one before: one step per part up to 4 MiB, then
   // steps of 4 MiB (against two steps per part of up to 1 MiB, 4 MiB all-reduces over two
   // processes measured ~10 % faster and 16-64 MiB ones the same).
-  std::size_t pipeline_bytes(std::size_t part_bytes) const override {
-    return std::clamp(part_bytes, kMinPipelineBytes, kMaxPipelineBytes);
+  TransportTraits traits() const override {
+    return {.receives_ahead = true,
+            .receives_shorter = false,
+            .streamed_results = false,
+            .eager_bytes = 0,
+            .min_step_bytes = kMinPipelineBytes,
+            .max_step_bytes = kMaxPipelineBytes};
   }
   void native_all_reduce_f32(float* data, std::size_t count) override;
 
@@ -363,7 +166,7 @@ class GlooTransport final : public Transport {
   // Returns once every process has connected all its lanes.
   void barrier(const std::string& where, Clock::time_point deadline);
   std::string key(const std::string& what, int rank) const {
-    return job_ + "/" + what + "/" + std::to_string(rank);
+    return store_->key(what + "/" + std::to_string(rank));
   }
   void check_lane(int lane) const;
   void check_peer(int lane, int peer, const char* what) const;
@@ -391,7 +194,7 @@ class GlooTransport final : public Transport {
   const int num_lanes_;
   const std::string job_;
   const milliseconds timeout_;
-  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<Store> store_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::unique_ptr<Lane[]> lanes_;
 
@@ -400,7 +203,7 @@ class GlooTransport final : public Transport {
   bool announced_ = false;
 };
 
-GlooTransport::GlooTransport(const GlooOptions& options, std::unique_ptr<JobStore> store)
+GlooTransport::GlooTransport(const GlooOptions& options, std::unique_ptr<Store> store)
     : rank_(options.rank),
       size_(options.size),
       num_lanes_(options.lanes),
@@ -425,7 +228,7 @@ GlooTransport::GlooTransport(const GlooOptions& options, std::unique_ptr<JobStor
     device_ = gloo::transport::tcp::CreateDevice(attr);
   } catch (...) {
     throw ConfigError("gloo engine: cannot listen for peers at host '" + options.host +
-                      "': " + what_of(std::current_exception()) +
+                      "': " + describe_error(std::current_exception()) +
                       "; set the host (--host, REPLICATOR_HOST) to an address of this machine "
                       "that the other processes can reach");
   }
@@ -469,7 +272,7 @@ void GlooTransport::connect_lanes(const GlooOptions& options, Clock::time_point 
     Lane& lane = lanes_[l];
     lane.context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
     lane.context->setTimeout(std::max(milliseconds(1), options.timeout));
-    gloo::rendezvous::PrefixStore prefixed(job_ + "/lane" + std::to_string(l), *store_);
+    gloo::rendezvous::PrefixStore prefixed(store_->key("lane" + std::to_string(l)), *store_);
     try {
       lane.context->connectFullMesh(prefixed, device_);
     } catch (const StoreTimeout&) {
@@ -480,7 +283,7 @@ void GlooTransport::connect_lanes(const GlooOptions& options, Clock::time_point 
       if (Clock::now() >= deadline) throw StoreTimeout("connecting");
       throw ConfigError("gloo engine: process " + std::to_string(rank_) +
                         " could not connect to the other processes of job '" + job_ + "' on lane " +
-                        std::to_string(l) + ": " + what_of(std::current_exception()) +
+                        std::to_string(l) + ": " + describe_error(std::current_exception()) +
                         "; check that each process is reachable at the address it listens on "
                         "(--host, REPLICATOR_HOST; here '" +
                         options.host + "')");
@@ -605,7 +408,7 @@ Transport::Ticket GlooTransport::post(int lane, std::span<const SendOp> sends,
     }
     // Out of memory while making a buffer: the messages posted so far must not outlive it.
     const std::string why = "gloo engine: exchange on lane " + std::to_string(lane) +
-                            ": making a buffer failed: " + what_of(std::current_exception()) +
+                            ": making a buffer failed: " + describe_error(std::current_exception()) +
                             "; the transport is poisoned, restart the job";
     fail(why, why);
     finish(l, true);
@@ -690,7 +493,7 @@ void GlooTransport::fail_message(int lane, std::size_t index, const std::excepti
     throw_poisoned();
   }
   const Message message = l.messages[index];
-  const std::string text = what_of(error);
+  const std::string text = describe_error(error);
   bool io_error = false;
   try {
     std::rethrow_exception(error);
@@ -824,7 +627,7 @@ void GlooTransport::native_all_reduce_f32(float* data, std::size_t count) {
     gloo::allreduce(options);
   } catch (...) {
     const std::string why = "gloo engine: gloo::allreduce of " + std::to_string(count) +
-                            " floats on lane 0 failed: " + what_of(std::current_exception()) +
+                            " floats on lane 0 failed: " + describe_error(std::current_exception()) +
                             "; the transport is poisoned, restart the job";
     const bool was_poisoned = poison_.is_set();
     fail(why, why);
@@ -852,7 +655,7 @@ std::unique_ptr<Transport> make_gloo_transport(const GlooOptions& options) {
   if (options.job.empty()) {
     throw InvalidArgument("gloo engine: the job name (the key prefix in the store) is empty");
   }
-  auto store = std::make_unique<JobStore>(parse_store_url(options.store));
+  auto store = std::make_unique<Store>(parse_store_url(options.store), options.job);
   ignore_sigpipe_once();
   return std::make_unique<GlooTransport>(options, std::move(store));
 }

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "src/engines/native.h"
 #include "src/engines/transport.h"
 
 namespace replicator::detail {

@@ -40,7 +40,7 @@
 #include <vector>
 
 #include "replicator/errors.h"
-#include "src/engines/poison.h"
+#include "src/comm/poison.h"
 
 namespace replicator::detail {
 namespace {
@@ -90,11 +90,6 @@ std::string join_ranks(std::vector<int> ranks) {
   std::string out;
   for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
   return out;
-}
-
-bool has_env(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr && *value != '\0';
 }
 
 // The process's use of MPI, shared by every transport (MPI can be initialised only once
@@ -155,7 +150,7 @@ void ensure_initialised() {
   }
 }
 
-class MpiTransport final : public Transport {
+class MpiTransport final : public Transport, public NativeCollectives {
  public:
   // Collective over MPI_COMM_WORLD; the caller holds runtime().mu and MPI is initialised.
   // Takes the next generation from `transports_made`.
@@ -172,14 +167,18 @@ class MpiTransport final : public Transport {
   Ticket post(int lane, std::span<const SendOp> sends, std::span<const RecvOp> recvs) override;
   void wait(int lane, Ticket ticket, Clock::time_point deadline) override;
   void abort(const std::string& why) noexcept override;
-  // Shared-memory copies are cheap to start, but every step is a round trip: 2 MiB steps
-  // (a 4 MiB all-reduce over two processes moves each part at once) measured best from 1 to
-  // 16 MiB.
-  std::size_t pipeline_bytes(std::size_t) const override { return std::size_t{2} << 20; }
-  // OpenMPI's shared-memory transport sends up to 4 KiB (its header included) eagerly.
-  std::size_t eager_bytes() const override { return 4000; }
-  bool receives_shorter() const override { return true; }
-  bool streamed_results() const override { return true; }
+  TransportTraits traits() const override {
+    // OpenMPI's shared-memory transport sends up to 4 KiB (its header included) eagerly.
+    // Shared-memory copies are cheap to start, but every step is a round trip: 2 MiB steps
+    // (a 4 MiB all-reduce over two processes moves each part at once) measured best from 1
+    // to 16 MiB.
+    return {.receives_ahead = false,
+            .receives_shorter = true,
+            .streamed_results = true,
+            .eager_bytes = 4000,
+            .min_step_bytes = std::size_t{2} << 20,
+            .max_step_bytes = std::size_t{2} << 20};
+  }
   void native_all_reduce_f32(float* data, std::size_t count) override;
 
  private:
@@ -624,14 +623,6 @@ void MpiTransport::native_all_reduce_f32(float* data, std::size_t count) {
 }
 
 }  // namespace
-
-bool launched_by_mpi() {
-  if (has_env("OMPI_COMM_WORLD_SIZE") || has_env("PMI_SIZE") || has_env("PMIX_RANK")) return true;
-  // srun starts MPI programs through the PMI plugin it names in SLURM_MPI_TYPE.
-  const char* type = std::getenv("SLURM_MPI_TYPE");
-  return has_env("SLURM_PROCID") && type != nullptr && *type != '\0' &&
-         std::string_view(type) != "none";
-}
 
 std::unique_ptr<Transport> make_mpi_transport(int lanes) {
   return make_mpi_transport(lanes, kDefaultMaxMessage);

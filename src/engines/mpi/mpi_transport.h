@@ -9,16 +9,13 @@
 #include <cstddef>
 #include <memory>
 
+#include "src/base/launch_env.h"  // launched_by_mpi()
+#include "src/engines/native.h"
 #include "src/engines/transport.h"
 
 namespace replicator::detail {
 
-// Whether the environment shows that an MPI launcher started this process (mpirun sets
-// OMPI_COMM_WORLD_SIZE, PMI/PMIx launchers PMI_SIZE or PMIX_RANK, srun with an MPI plugin
-// SLURM_MPI_TYPE). Reads the environment only: makes no MPI call, never blocks or throws.
-bool launched_by_mpi();
-
-// Makes a transport with `lanes` lanes over every process of MPI_COMM_WORLD. Initialises
+// Makes a transport with `lanes` lanes (its NativeCollectives: MPI_Allreduce) over every process of MPI_COMM_WORLD. Initialises
 // MPI with MPI_THREAD_MULTIPLE if nobody has yet; an MPI initialised here is finalised once,
 // at process exit, and is shared by every transport of the process (MPI cannot be
 // initialised twice), so several transports may be made, one after another or side by side.

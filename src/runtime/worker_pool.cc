@@ -1,24 +1,17 @@
-#include "src/core/worker_pool.h"
+#include "src/runtime/worker_pool.h"
 
 #include <pthread.h>
 
 #include <string>
 
 #include "replicator/errors.h"
-#include "src/core/futex.h"
+#include "src/comm/futex.h"
 
 namespace replicator::detail {
 
-WorkerPool::WorkerPool(LocalGroup& group, int first_replica, int num_replicas, int num_local,
+WorkerPool::WorkerPool(Communicator& comm, int first_replica, int num_replicas, int num_local,
                        std::chrono::microseconds spin)
-    : group_(group),
-      first_replica_(first_replica),
-      num_replicas_(num_replicas),
-      // The driving thread needs a core too: workers spin for the next step only if
-      // there are spare cores.
-      spin_(static_cast<unsigned>(num_local) + 1 <= std::thread::hardware_concurrency()
-                ? spin
-                : std::chrono::microseconds(0)) {
+    : comm_(comm), first_replica_(first_replica), num_replicas_(num_replicas), spin_(spin) {
   threads_.reserve(static_cast<std::size_t>(num_local));
   for (int local = 0; local < num_local; ++local) {
     threads_.emplace_back([this, local] { loop(local); });
@@ -37,7 +30,7 @@ WorkerPool::~WorkerPool() {
 void WorkerPool::run(StepRef step) {
   step_ = step;
   first_error_ = nullptr;
-  group_.reset();
+  comm_.reset();
   remaining_.store(static_cast<std::uint32_t>(threads_.size()), std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_release);
   futex_wake_all(&generation_);
@@ -66,23 +59,23 @@ void WorkerPool::loop(int local) {
     seen = now;
     if (stop_) return;
 
-    ReplicaContext ctx(&group_, id, num_replicas_, local, static_cast<int>(threads_.size()));
+    ReplicaContext ctx(&comm_, id, num_replicas_, local, static_cast<int>(threads_.size()));
     const ReplicaContext::CurrentScope current(ctx);
     try {
       step_.invoke(step_.object, ctx);
-      ctx.call(Call{.kind = OpKind::kEndStep});
+      ctx.end_step();
     } catch (Error& e) {
       if (!e.replica()) e.set_replica(id);
       record_failure(local, std::current_exception());
-      group_.fail(id, e.what());
+      comm_.fail(id, e.what());
     } catch (const std::exception& e) {
       const std::string what = "replica " + std::to_string(id) + " failed: " + e.what();
       record_failure(local, std::make_exception_ptr(ReplicaFailed(what, id, std::current_exception())));
-      group_.fail(id, e.what());
+      comm_.fail(id, e.what());
     } catch (...) {
       const std::string what = "replica " + std::to_string(id) + " failed with a non-standard exception";
       record_failure(local, std::make_exception_ptr(ReplicaFailed(what, id, std::current_exception())));
-      group_.fail(id, what);
+      comm_.fail(id, what);
     }
     if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) futex_wake_all(&remaining_);
   }

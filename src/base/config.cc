@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "replicator/errors.h"
+#include "src/base/launch_env.h"
 
 namespace replicator {
 namespace {
@@ -126,9 +127,7 @@ std::vector<std::pair<std::string, std::string>> Config::options() {
 Config Config::from_env() {
   Config config;
   // A process started by an MPI launcher runs on the mpi engine unless told otherwise.
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) {
-    if (std::getenv(var) != nullptr) config.engine = Engine::kMpi;
-  }
+  if (detail::launched_by_mpi()) config.engine = Engine::kMpi;
   // ... and tells how many of its processes share this host.
   for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
     if (const char* value = std::getenv(var)) config.set("host-processes", value);

@@ -3,46 +3,15 @@
 #include <string>
 #include <thread>
 
-#include "src/collectives/cross_process.h"
+#include "src/collectives/across/across.h"
+#include "src/collectives/communicator.h"
 #include "src/collectives/reduce_kernel.h"
-#include "src/core/local_group.h"
-#include "src/core/worker_pool.h"
-#if defined(REPLICATOR_HAVE_MPI)
-#include "src/engines/mpi/mpi_transport.h"
-#endif
-#if defined(REPLICATOR_HAVE_GLOO)
-#include "src/engines/gloo/gloo_transport.h"
-#endif
+#include "src/engines/make_transport.h"
+#include "src/runtime/host_policy.h"
+#include "src/runtime/worker_pool.h"
 
 namespace replicator {
 namespace {
-
-std::unique_ptr<detail::Transport> make_transport(const Config& config) {
-  switch (config.engine) {
-    case Engine::kLocal:
-      return nullptr;
-    case Engine::kMpi:
-#if defined(REPLICATOR_HAVE_MPI)
-      return detail::make_mpi_transport(config.local_replicas);
-#else
-      break;
-#endif
-    case Engine::kGloo:
-#if defined(REPLICATOR_HAVE_GLOO)
-      return detail::make_gloo_transport({.rank = config.rank,
-                                          .size = config.world_size,
-                                          .store = config.store,
-                                          .host = config.host,
-                                          .job = config.job,
-                                          .lanes = config.local_replicas,
-                                          .timeout = config.timeout});
-#else
-      break;
-#endif
-  }
-  throw ConfigError("engine " + std::string(to_string(config.engine)) +
-                    " is not part of this build");
-}
 
 // Every process must run the same number of local replicas: ask them all.
 void check_same_local_replicas(detail::Transport& transport, int local,
@@ -72,7 +41,7 @@ void check_same_local_replicas(detail::Transport& transport, int local,
 }  // namespace
 
 Replicator::Replicator(Config config)
-    : Replicator(config, (config.validate(), make_transport(config))) {}
+    : Replicator(config, (config.validate(), detail::make_transport(config))) {}
 
 Replicator::Replicator(Config config, std::unique_ptr<detail::Transport> transport)
     : config_(std::move(config)), transport_(std::move(transport)) {
@@ -85,25 +54,29 @@ Replicator::Replicator(Config config, std::unique_ptr<detail::Transport> transpo
     layout_->rank = transport_->rank();
     layout_->processes = transport_->size();
     layout_->local = L;
+    layout_->traits = transport_->traits();
     for (int q = 0; q < layout_->processes; ++q) {
       layout_->subtrees.push_back(detail::canonical_subtrees(q * L, (q + 1) * L));
       layout_->max_subtrees =
           std::max(layout_->max_subtrees, static_cast<int>(layout_->subtrees.back().size()));
     }
   }
-  // Waiting replicas spin only while every replica thread on this host has a core.
-  const auto threads_on_host = static_cast<unsigned>(L) * static_cast<unsigned>(config_.host_processes);
-  const std::chrono::microseconds spin =
-      threads_on_host <= std::max(1u, std::thread::hardware_concurrency())
-          ? config_.spin
-          : std::chrono::microseconds(0);
-  group_ = std::make_unique<detail::LocalGroup>(L, config_.timeout, spin, layout_.get());
-  pool_ = std::make_unique<detail::WorkerPool>(*group_, layout_ ? layout_->rank * L : 0,
-                                               num_replicas(), L, spin);
+  const detail::HostPolicy policy = detail::host_policy(
+      L, config_.host_processes, std::thread::hardware_concurrency(), config_.spin);
+  comm_ = std::make_unique<detail::Communicator>(L, config_.timeout, policy.collective_spin,
+                                                 detail::MachineFacts{policy.oversubscribed},
+                                                 layout_.get());
+  pool_ = std::make_unique<detail::WorkerPool>(*comm_, layout_ ? layout_->rank * L : 0,
+                                               num_replicas(), L, policy.step_spin);
   reduce_scratch_ = std::make_unique<detail::ReduceScratch>(L);
 }
 
 Replicator::~Replicator() = default;
+
+std::unique_ptr<Replicator> detail::make_replicator(Config config,
+                                                    std::unique_ptr<Transport> transport) {
+  return std::unique_ptr<Replicator>(new Replicator(std::move(config), std::move(transport)));
+}
 
 int Replicator::num_replicas() const {
   return layout_ ? layout_->replicas() : config_.local_replicas;

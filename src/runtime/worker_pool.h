@@ -11,15 +11,16 @@
 #include <vector>
 
 #include "replicator/replicator.h"
-#include "src/core/local_group.h"
+#include "src/collectives/communicator.h"
 
 namespace replicator::detail {
 
 class WorkerPool {
  public:
   // Starts `num_local` threads for replicas first_replica .. first_replica + num_local - 1
-  // of `num_replicas`. `group` must outlive the pool.
-  WorkerPool(LocalGroup& group, int first_replica, int num_replicas, int num_local,
+  // of `num_replicas`. `comm` must outlive the pool. An idle thread busy-waits `spin` for
+  // the next step before it parks.
+  WorkerPool(Communicator& comm, int first_replica, int num_replicas, int num_local,
              std::chrono::microseconds spin);
   ~WorkerPool();  // stops and joins the threads
   WorkerPool(const WorkerPool&) = delete;
@@ -33,7 +34,7 @@ class WorkerPool {
   void loop(int local);
   void record_failure(int local, std::exception_ptr error);
 
-  LocalGroup& group_;
+  Communicator& comm_;
   const int first_replica_;
   const int num_replicas_;
   const std::chrono::microseconds spin_;

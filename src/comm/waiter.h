@@ -11,7 +11,7 @@
 #include <chrono>
 #include <cstdint>
 
-#include "src/core/futex.h"
+#include "src/comm/futex.h"
 
 namespace replicator::detail {
 

@@ -1,0 +1,135 @@
+// Collectives across processes: the part each local replica thread runs, on its own lane
+// of the transport, after the local entry barrier and before the local exit barrier.
+//
+// Every collective starts with one frame exchange on every lane between every pair of
+// processes (frames.h): a fixed-size frame holding the caller's descriptor (so a mismatch
+// across processes is raised as CollectiveMismatch on every replica, never read as data)
+// and, for small all-reduces, the data itself (one round trip in all). The data phases
+// are written against the Transport's post/wait only, so they run unchanged over MPI,
+// Gloo and the tests' in-memory transport. One file per algorithm in this folder.
+//
+// Layout: replica g lives in process g / L as local replica g % L. Local thread l drives
+// lane l and owns slice l of every buffer (64-element aligned), so the L threads of a
+// process and all their connections work at once.
+//
+// Determinism: process p first reduces its replicas' values over the canonical subtrees
+// (aligned power-of-two blocks of replica ids) that lie inside its id range, into
+// accumulators; the owner of each piece then combines all processes' subtree partials in
+// id order with the same binary-counter tree. The result has the same bits as the local
+// engine's for the same R, whatever P x L.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "src/collectives/peers.h"
+#include "src/engines/transport.h"
+
+namespace replicator::detail {
+
+// A canonical subtree: replicas [first, first + size), size a power of two.
+struct Subtree {
+  int first;
+  int size;
+};
+
+// The canonical subtrees that cover replicas [begin, end) (of any tree over at least
+// `end` replicas): aligned power-of-two blocks, largest first.
+std::vector<Subtree> canonical_subtrees(int begin, int end);
+
+// Shared by the local threads of one process.
+struct ProcessLayout {
+  Transport* transport = nullptr;
+  TransportTraits traits;   // transport->traits(), read once
+  int rank = 0;             // this process
+  int processes = 1;        // P
+  int local = 1;            // L
+  std::vector<std::vector<Subtree>> subtrees;  // per process
+  int max_subtrees = 1;
+
+  int replicas() const { return processes * local; }
+};
+
+// Per local thread: memory reused by every collective (grown, never shrunk).
+struct LaneScratch {
+  std::vector<std::byte> arena;
+  std::vector<std::byte> frames;  // one frame per process (this one's at its rank)
+  bool frames_ahead = false;      // the receives of the next frames are posted
+  std::vector<SendOp> sends;
+  std::vector<RecvOp> recvs;
+  std::vector<const void*> inputs;
+  std::vector<void*> outputs;
+  std::vector<int> sizes;
+  std::vector<std::byte*> rows;  // this process's partial rows, by subtree
+  std::vector<Transport::Ticket> tickets;  // of the receives of each pipeline step
+
+  std::byte* reserve(std::size_t bytes);  // arena of at least `bytes`
+};
+
+// Replica `local_me`'s part of collective `peers` across processes on lane `local_me`:
+// frames, the table's algorithm, the next frames. Throws CollectiveMismatch, Timeout
+// (naming replicas), PeerLost, Aborted.
+void cross_process(const Peers& peers, const ProcessLayout& layout, LaneScratch& lane,
+                   Transport::Clock::time_point deadline);
+
+// The algorithms across processes (one file each); `deadline` bounds every wait.
+using Deadline = Transport::Clock::time_point;
+void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                       Deadline deadline);
+void all_gather_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                       Deadline deadline);
+void broadcast_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                      Deadline deadline);
+void reduce_scatter_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                           Deadline deadline);
+void all_to_all_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                       Deadline deadline);
+void permute_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                    Deadline deadline);
+void gather_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                   Deadline deadline);
+// Barrier and the end of a step: the frames alone.
+void frames_only_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                        Deadline deadline);
+
+// ---- what the algorithms share ----------------------------------------------------------
+
+// "replica 3" or "replicas 2-3": the replicas of `process`.
+std::string replicas_of(const ProcessLayout& layout, int process);
+
+// The transport's calls for collective `d`; its errors renamed in terms of replicas.
+void exchange(const ProcessLayout& layout, int lane, std::span<const SendOp> sends,
+              std::span<const RecvOp> recvs, Deadline deadline, const Descriptor& d);
+Transport::Ticket post(const ProcessLayout& layout, int lane, std::span<const SendOp> sends,
+                       std::span<const RecvOp> recvs, const Descriptor& d);
+void wait(const ProcessLayout& layout, int lane, Transport::Ticket ticket, Deadline deadline,
+          const Descriptor& d);
+
+// Calls fn(buffer index, element offset in the buffer, length, offset from `begin`) for
+// each piece of the element range [begin, end) of the concatenation of `buffers`.
+template <typename Fn>
+void for_each_piece(std::span<const Buffer> buffers, std::uint64_t begin, std::uint64_t end,
+                    Fn&& fn) {
+  std::uint64_t base = 0;
+  for (std::size_t i = 0; i < buffers.size() && base < end; ++i) {
+    const std::uint64_t lo = std::max(begin, base);
+    const std::uint64_t hi = std::min(end, base + buffers[i].count);
+    if (lo < hi) fn(i, lo - base, hi - lo, lo - begin);
+    base += buffers[i].count;
+  }
+}
+
+// Bytes of [begin, end) as accumulators (op) or as elements.
+std::size_t partial_bytes(std::span<const Buffer> buffers, std::uint64_t begin,
+                          std::uint64_t end, ReduceOp op);
+std::size_t element_bytes(std::span<const Buffer> buffers, std::uint64_t begin,
+                          std::uint64_t end);
+inline std::byte* element(const Buffer& b, std::uint64_t offset) {
+  return static_cast<std::byte*>(b.data) + offset * dtype_size(b.dtype);
+}
+
+}  // namespace replicator::detail

@@ -1,0 +1,119 @@
+// all_reduce across processes: the slice geometry and partials (SliceReduce), and the entry
+// that asks the chooser (plan.h) which of the three algorithms moves them.
+//
+// Bytes sent per process: in frame, the partials of every subtree in one frame to every
+// other process; gathered, k·row to each of the P-1 others (k its subtrees); pipelined,
+// about (k + 1)·(P-1)/P of the slice (k = 1 when L is a power of two).
+#include <cstring>
+
+#include "src/collectives/across/all_reduce_slice.h"
+#include "src/collectives/plan.h"
+
+namespace replicator::detail {
+
+SliceReduce::SliceReduce(const Peers& peers, const ProcessLayout& process_layout,
+                         LaneScratch& lane_scratch)
+    : p(peers),
+      layout(process_layout),
+      lane(lane_scratch),
+      d(peers.mine()),
+      buffers(d.call.buffers),
+      op(d.op),
+      rank(process_layout.rank),
+      P(process_layout.processes),
+      first_local(process_layout.rank * process_layout.local),
+      lo(slice_of(d.count, peers.me, process_layout.local).first),
+      hi(slice_of(d.count, peers.me, process_layout.local).second),
+      mine(process_layout.subtrees[static_cast<std::size_t>(process_layout.rank)]),
+      row(partial_bytes(buffers, lo, hi, op)),
+      divisor(static_cast<std::size_t>(process_layout.replicas())),
+      sizes_(lane_scratch.sizes) {
+  for (std::uint64_t base = 0; seg < buffers.size(); base += buffers[seg++].count) {
+    if (lo >= base && hi <= base + buffers[seg].count) {
+      single = hi > lo;
+      seg_base = base;
+      break;
+    }
+  }
+  alias_rows = single && partial_size(buffers[seg].dtype, op) == dtype_size(buffers[seg].dtype);
+  sizes_.clear();
+  for (int q = 0; q < P; ++q) {
+    for (const Subtree& s : layout.subtrees[static_cast<std::size_t>(q)]) sizes_.push_back(s.size);
+  }
+}
+
+bool SliceReduce::all_aliased() const {
+  bool all = alias_rows;
+  for (const Subtree& s : mine) all = all && s.size == 1;
+  return all;
+}
+
+std::size_t SliceReduce::row_index(int q, std::size_t t) const {
+  std::size_t index = 0;
+  for (int k = 0; k < q; ++k) {
+    if (k != rank) index += layout.subtrees[static_cast<std::size_t>(k)].size();
+  }
+  return index + t;
+}
+
+void SliceReduce::reduce_partials(bool rows_in_arena, std::size_t received_bytes,
+                                  std::size_t result_bytes) {
+  const std::size_t rows_bytes = rows_in_arena || !all_aliased() ? mine.size() * row : 0;
+  arena = lane.reserve(rows_bytes + received_bytes + result_bytes);
+  received = arena + rows_bytes;
+  result = received + received_bytes;
+  lane.rows.assign(mine.size(), nullptr);
+  for (std::size_t b = 0; b < mine.size(); ++b) {
+    if (alias_rows && mine[b].size == 1) {
+      lane.rows[b] = element(p.of(mine[b].first - first_local).call.buffers[seg], lo - seg_base);
+      continue;
+    }
+    lane.rows[b] = arena + b * row;
+    std::size_t offset = 0;
+    for_each_piece(buffers, lo, hi, [&](std::size_t i, std::uint64_t at, std::uint64_t len,
+                                        std::uint64_t) {
+      lane.inputs.clear();
+      for (int r = mine[b].first; r < mine[b].first + mine[b].size; ++r) {
+        lane.inputs.push_back(element(p.of(r - first_local).call.buffers[i], at));
+      }
+      void* out = lane.rows[b] + offset;
+      tree_reduce({.op = op,
+                   .dtype = buffers[i].dtype,
+                   .inputs = lane.inputs.data(),
+                   .n = mine[b].size,
+                   .outputs = &out,
+                   .num_outputs = 1,
+                   .outputs_partial = true,
+                   .count = len},
+                  *p.scratch);
+      offset += len * partial_size(buffers[i].dtype, op);
+    });
+  }
+}
+
+void SliceReduce::local_outputs(std::size_t i, std::uint64_t at) {
+  lane.outputs.clear();
+  for (int l = 0; l < layout.local; ++l) {
+    lane.outputs.push_back(element(p.of(l).call.buffers[i], at));
+  }
+}
+
+void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                       Deadline deadline) {
+  SliceReduce s(p, layout, lane);
+  const std::uint64_t largest_part =
+      (s.hi - s.lo + static_cast<std::uint64_t>(s.P) - 1) / static_cast<std::uint64_t>(s.P);
+  const AllReducePlan plan = choose_all_reduce(
+      {.row_bytes = s.row,
+       .max_subtrees = layout.max_subtrees,
+       .processes = s.P,
+       .largest_part_bytes = largest_part * partial_size(s.d.dtype, s.op)},
+      layout.traits);
+  switch (plan.algorithm) {
+    case AllReduceAlgorithm::kInFrame: return all_reduce_in_frame(s, deadline);
+    case AllReduceAlgorithm::kGathered: return all_reduce_gathered(s, deadline);
+    case AllReduceAlgorithm::kPipelined: return all_reduce_pipelined(s, plan, deadline);
+  }
+}
+
+}  // namespace replicator::detail

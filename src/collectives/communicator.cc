@@ -1,0 +1,82 @@
+#include "src/collectives/communicator.h"
+
+#include "replicator/errors.h"
+#include "src/collectives/table.h"
+
+namespace replicator::detail {
+
+Communicator::Communicator(int num_replicas, std::chrono::milliseconds timeout,
+                           std::chrono::microseconds spin, const MachineFacts& facts,
+                           const ProcessLayout* layout)
+    : engine_(num_replicas, layout ? layout->rank * num_replicas : 0,
+              layout ? layout->replicas() : num_replicas, timeout, spin),
+      layout_(layout),
+      facts_(facts) {
+  for (int j = 0; j < num_replicas; ++j) lanes_.push_back(std::make_unique<Lane>(num_replicas));
+}
+
+Communicator::~Communicator() = default;
+
+void Communicator::collective(int me, std::uint64_t& sequence, const Call& call) {
+  const CollectiveDef& def = definition(call.kind);
+  Lane& lane = *lanes_[static_cast<std::size_t>(me)];
+  const std::chrono::milliseconds timeout = call.timeout.value_or(engine_.timeout());
+  if (timeout.count() <= 0) {
+    throw InvalidArgument(std::string(def.traits.name) + ": timeout must be positive, got " +
+                          std::to_string(timeout.count()) + "ms");
+  }
+  const int first = engine_.first();
+  const int parity = static_cast<int>(sequence & 1);
+  Descriptor& d = engine_.descriptor(me, parity);
+  d = Descriptor{.traits = &def.traits, .kind = call.kind, .call = call};
+  def.describe(call, first + me, engine_.total(), d);
+  d.sequence = sequence++;
+  if (engine_.total() == 1) return def.single(d, lane.scratch);
+
+  const auto deadline = LocalEngine::Clock::now() + timeout;
+  // Across processes the local part always works on the replicas' own buffers.
+  const Path path = layout_ ? Path::kDirect
+                            : choose_local_path(def.path_bytes(d), LocalEngine::kStagingBytes,
+                                                facts_);
+  if (path == Path::kStaged && def.stages(d, first + me)) {
+    stage(def, d, engine_.staging(me, parity));
+  }
+
+  engine_.arrive_and_wait(me, d, deadline, timeout);
+  const std::span<const Descriptor* const> calls = engine_.calls(me, parity);
+  check_match(first, first + me, calls);
+
+  const Peers peers{.me = me,
+                    .n = engine_.size(),
+                    .path = path,
+                    .calls = calls,
+                    .staging = engine_.staging_of(me, parity),
+                    .scratch = &lane.scratch,
+                    .in_ptrs = lane.in_ptrs,
+                    .out_ptrs = lane.out_ptrs};
+  if (layout_) {
+    try {
+      cross_process(peers, *layout_, lane.across, deadline);
+    } catch (const CollectiveMismatch& e) {
+      // Every lane of every process reads the same frames and raises the same mismatch:
+      // nobody is left waiting, so the transport stays as it is.
+      engine_.fail(first + me, e.what());
+      engine_.depart(me);
+      throw;
+    } catch (const Error& e) {
+      // Release this process's other replicas, including those in an exchange (their
+      // lanes), and leave only once none of them touches this replica's buffers.
+      engine_.fail(first + me, e.what());
+      layout_->transport->abort(e.what());
+      engine_.depart(me);
+      throw;
+    }
+    engine_.depart(me);
+    engine_.check_poison(me);
+    return;
+  }
+  if (def.in_process) def.in_process(peers);
+  if (path == Path::kDirect) engine_.arrive_and_wait(me, d, deadline, timeout);
+}
+
+}  // namespace replicator::detail

@@ -1,0 +1,75 @@
+// Frames: the fixed-size message every process sends every other on a lane at the start of
+// each collective. It carries the caller's descriptor, so a mismatch across processes is
+// raised as CollectiveMismatch on every replica (never read as data), and for small
+// all-reduces the data itself (one round trip in all).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "src/collectives/across/across.h"
+
+namespace replicator::detail {
+
+// Frames are fixed-size so that two processes that disagree about a collective still
+// exchange well-formed messages and can say what each called.
+// 256 bytes, four cache lines: what a small all-reduce costs is mostly the lines that
+// cross between cores, so the frame is kept small (up to 216 bytes of partials ride in it),
+// and where the transport lets a receive take a shorter message, only its header and
+// payload are sent.
+constexpr std::size_t kFrameBytes = 256;
+constexpr std::size_t kHeaderBytes = 40;
+constexpr std::size_t kFramePayload = kFrameBytes - kHeaderBytes;
+
+// The header every frame starts with.
+struct FrameHeader {
+  std::uint64_t sequence;
+  std::uint64_t count;
+  std::uint64_t layout;
+  std::int32_t root;
+  std::uint8_t kind;
+  std::uint8_t op;
+  std::uint8_t dtype;
+  std::uint8_t unused;
+  std::uint32_t num_buffers;
+};
+static_assert(sizeof(FrameHeader) <= kHeaderBytes);
+
+FrameHeader header_of(const Descriptor& d);
+// Whether two headers name the same call (what every process must agree on).
+bool same_call(const FrameHeader& a, const FrameHeader& b);
+// "all_reduce(f32 x 1024, op=sum)" for a received header, whatever its bytes.
+std::string describe(const FrameHeader& h);
+
+// Before the first collective on a lane: sizes the frames and, where the transport gains
+// from it, posts the receives of the first frames.
+void start_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane);
+
+// After a collective: the receives of the next frames, where the transport gains from
+// receives posted ahead, unless the run ends here (a process may exit after a run).
+void next_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane);
+
+// Posts this lane's frame (header + `payload`, at most kFramePayload bytes) to every other
+// process, and the receives of theirs unless they were posted ahead. Returns the ticket
+// check_frames waits for.
+Transport::Ticket post_frame(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                             const void* payload, std::size_t payload_bytes);
+
+// Waits for the frames of `ticket` (post_frame's); throws CollectiveMismatch on every
+// replica if any process called something else. Returns the frames by process (this
+// process's own at its rank).
+const std::byte* check_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                              Transport::Ticket ticket, Deadline deadline);
+
+// post_frame then check_frames.
+const std::byte* exchange_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                                 Deadline deadline, const void* payload,
+                                 std::size_t payload_bytes);
+
+// Process `process`'s payload in the frames check_frames returned.
+inline const std::byte* payload_of(const std::byte* frames, int process) {
+  return frames + static_cast<std::size_t>(process) * kFrameBytes + kHeaderBytes;
+}
+
+}  // namespace replicator::detail

@@ -1,0 +1,67 @@
+// The chooser: which algorithm runs a collective, from its size, the layout, the transport's
+// traits and facts about the machine. Pure functions (no state, no I/O): what they pick is
+// a function of their arguments only, and the tests check their table. Choosing is kept
+// apart from running (the algorithms are in their own files).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "src/collectives/peers.h"
+#include "src/engines/transport.h"
+
+namespace replicator::detail {
+
+// What the chooser knows of the machine.
+struct MachineFacts {
+  // More replica threads on this host than cores: every barrier costs futex wake-ups.
+  bool oversubscribed = false;
+};
+
+// In one process: the staged path (inputs copied to staging, one barrier) below a size where
+// one barrier beats bandwidth, else the direct path (two barriers, peers read each other's
+// buffers). With a core per replica the direct path wins from about 1 KiB (its second
+// barrier costs less than pulling R copies across cores); oversubscribed, every barrier
+// costs wake-ups, so the staged path pays up to `staging_capacity`.
+Path choose_local_path(std::size_t path_bytes, std::size_t staging_capacity,
+                       const MachineFacts& facts);
+
+// The all-reduce across processes of one lane's slice.
+enum class AllReduceAlgorithm : std::uint8_t {
+  kInFrame,    // the partials ride in the frames: one round trip
+  kGathered,   // every process sends all its partials to all: one exchange after the frames
+  kPipelined,  // owner parts in steps: partials to the owner, results back
+};
+
+struct AllReduceShape {
+  std::size_t row_bytes = 0;       // one subtree's partials of the slice
+  int max_subtrees = 1;            // most subtrees any process holds
+  int processes = 2;               // P
+  std::size_t largest_part_bytes = 0;  // partials of the largest owner part (slice / P)
+};
+
+struct AllReducePlan {
+  AllReduceAlgorithm algorithm = AllReduceAlgorithm::kInFrame;
+  std::size_t step_bytes = 0;  // kPipelined: partial bytes per step
+  bool receives_ahead = false;  // kPipelined: every receive posted first (else a step an exchange)
+  // Results of a step this large or more are written past the cache (non-temporal stores).
+  std::size_t stream_bytes = std::numeric_limits<std::size_t>::max();
+};
+
+// Up to this many bytes of partials per process, every process sends every process's
+// partials of the whole slice to every other (one exchange after the frames) instead of
+// owner parts and results (two).
+inline constexpr std::size_t kGatherBytes = std::size_t{16} << 10;
+// Where peers copy results straight out of this process's memory, a step's results from
+// this size on are written past the cache: the peer reads them from memory, and the next
+// call's writes need not first take back lines the peer's core holds.
+inline constexpr std::size_t kStreamBytes = std::size_t{16} << 10;
+
+// In frame when every process's partials fit in a frame; gathered up to kGatherBytes unless
+// that turns messages the transport sends at once into ones with a handshake (a row over
+// the eager size whose owner parts would stay under it); else pipelined in steps of the
+// largest part clamped to the transport's step range.
+AllReducePlan choose_all_reduce(const AllReduceShape& shape, const TransportTraits& traits);
+
+}  // namespace replicator::detail

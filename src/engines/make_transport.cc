@@ -1,0 +1,42 @@
+#include "src/engines/make_transport.h"
+
+#include <string>
+
+#include "replicator/errors.h"
+#if defined(REPLICATOR_HAVE_MPI)
+#include "src/engines/mpi/mpi_transport.h"
+#endif
+#if defined(REPLICATOR_HAVE_GLOO)
+#include "src/engines/gloo/gloo_transport.h"
+#endif
+
+namespace replicator::detail {
+
+std::unique_ptr<Transport> make_transport(const Config& config) {
+  switch (config.engine) {
+    case Engine::kLocal:
+      return nullptr;
+    case Engine::kMpi:
+#if defined(REPLICATOR_HAVE_MPI)
+      return make_mpi_transport(config.local_replicas);
+#else
+      break;
+#endif
+    case Engine::kGloo:
+#if defined(REPLICATOR_HAVE_GLOO)
+      return make_gloo_transport({.rank = config.rank,
+                                  .size = config.world_size,
+                                  .store = config.store,
+                                  .host = config.host,
+                                  .job = config.job,
+                                  .lanes = config.local_replicas,
+                                  .timeout = config.timeout});
+#else
+      break;
+#endif
+  }
+  throw ConfigError("engine " + std::string(to_string(config.engine)) +
+                    " is not part of this build");
+}
+
+}  // namespace replicator::detail

@@ -1,0 +1,16 @@
+// The transport of a Config's engine (mpi, gloo), made by the engine's own factory.
+#pragma once
+
+#include <memory>
+
+#include "replicator/config.h"
+#include "src/engines/transport.h"
+
+namespace replicator::detail {
+
+// Null for the local engine. Blocks while the processes meet (see make_mpi_transport,
+// make_gloo_transport); throws ConfigError for an engine this build lacks, and the
+// engine's errors.
+std::unique_ptr<Transport> make_transport(const Config& config);
+
+}  // namespace replicator::detail

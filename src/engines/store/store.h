@@ -1,0 +1,171 @@
+// Store: where the processes of a job meet (a shared folder or a Redis server), with the
+// job's keys in a namespace of their own ("<job>/..."). The gloo engine rendezvous through
+// it and its processes announce failures in it.
+//
+// file:///abs/folder (created if missing; every process must see the same folder) or
+// redis://host[:port] (port 6379 by default; [IPv6]:port accepted).
+#pragma once
+
+// The Debian headers of Gloo include <hiredis.h>; hiredis installs it as <hiredis/hiredis.h>.
+#define HIREDIS_NESTED_INCLUDE 1
+
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/redis_store.h>
+#include <gloo/rendezvous/store.h>
+
+#include <chrono>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "replicator/errors.h"
+
+namespace replicator::detail {
+
+struct StoreUrl {
+  bool redis = false;
+  std::string path;  // file store: absolute folder
+  std::string host;  // redis
+  int port = 6379;
+  std::string text;  // as given
+};
+
+// Parses a store URL. Throws ConfigError showing the URL, what is wrong and the accepted
+// forms. Never blocks.
+StoreUrl parse_store_url(const std::string& url);
+
+// What an exception (from Gloo or the standard library) says, whatever its type.
+std::string describe_error(const std::exception_ptr& error);
+
+// A wait on the store reached the rendezvous deadline.
+struct StoreTimeout : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// FileStore::check is protected; the transport needs a look that does not wait.
+class FileStore final : public gloo::rendezvous::FileStore {
+ public:
+  using gloo::rendezvous::FileStore::check;
+  using gloo::rendezvous::FileStore::FileStore;
+};
+
+// The job's store: Gloo's FileStore or RedisStore behind a mutex (neither is thread-safe),
+// with every wait bounded by the rendezvous deadline (Gloo's own get() waits a fixed 30 s)
+// and a look that does not wait (`has`). Store failures become ConfigError naming the
+// store; a wait past the deadline throws StoreTimeout.
+class Store final : public gloo::rendezvous::Store {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Opens the store (connects to Redis, or makes the folder). Throws ConfigError naming
+  // the store when it cannot be used. `job` names the key namespace (see key()).
+  Store(StoreUrl url, std::string job) : url_(std::move(url)), job_(std::move(job)) {
+    if (url_.redis) {
+      try {
+        redis_ = std::make_unique<gloo::rendezvous::RedisStore>(url_.host, url_.port);
+      } catch (...) {
+        throw ConfigError("store: cannot reach the Redis store at " + url_.host + ":" +
+                          std::to_string(url_.port) + " (" + describe_error(std::current_exception()) +
+                          "); start redis-server there, or fix the store URL '" + url_.text + "'");
+      }
+      return;
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(url_.path, ec);
+    if (!std::filesystem::is_directory(url_.path)) {
+      throw ConfigError("store: the file store folder '" + url_.path +
+                        "' does not exist and cannot be created" +
+                        (ec ? " (" + ec.message() + ")" : std::string()) +
+                        "; give a writable folder that every process sees, as file:///dir");
+    }
+    try {
+      file_ = std::make_unique<FileStore>(url_.path);
+    } catch (...) {
+      throw ConfigError("store: cannot use the file store folder '" + url_.path +
+                        "': " + describe_error(std::current_exception()));
+    }
+  }
+
+  const StoreUrl& url() const { return url_; }
+  const std::string& job() const { return job_; }
+  // The key `name` in this job's namespace: "<job>/<name>".
+  std::string key(std::string_view name) const { return job_ + "/" + std::string(name); }
+  void set_deadline(Clock::time_point deadline) { deadline_ = deadline; }
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    std::lock_guard lock(mu_);
+    guarded("writing key '" + key + "'", [&] {
+      if (redis_) {
+        redis_->set(key, data);
+      } else {
+        file_->set(key, data);
+      }
+    });
+  }
+
+  std::vector<char> get(const std::string& key) override {
+    wait({key});
+    std::lock_guard lock(mu_);
+    std::vector<char> value;
+    guarded("reading key '" + key + "'",
+            [&] { value = redis_ ? redis_->get(key) : file_->get(key); });
+    return value;
+  }
+
+  void wait(const std::vector<std::string>& keys) override { wait_until(keys, deadline_); }
+
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    // Gloo passes its context timeout, which is ours; zero means "no timeout" to Gloo.
+    Clock::time_point until = deadline_;
+    if (timeout > std::chrono::milliseconds::zero()) until = std::min(until, Clock::now() + timeout);
+    wait_until(keys, until);
+  }
+
+  // Whether every key is set. Does not wait.
+  bool has(const std::vector<std::string>& keys) {
+    std::lock_guard lock(mu_);
+    bool found = false;
+    guarded("looking up keys", [&] { found = redis_ ? redis_->check(keys) : file_->check(keys); });
+    return found;
+  }
+
+ private:
+  template <typename Fn>
+  void guarded(const std::string& what, Fn&& fn) {
+    try {
+      fn();
+    } catch (...) {
+      throw ConfigError("store " + url_.text + ": " + what +
+                        " failed: " + describe_error(std::current_exception()));
+    }
+  }
+
+  void wait_until(const std::vector<std::string>& keys, Clock::time_point until) {
+    while (!has(keys)) {
+      if (Clock::now() >= until) {
+        std::string names;
+        for (const auto& key : keys) names += (names.empty() ? "" : ", ") + key;
+        throw StoreTimeout("waiting for " + names);
+      }
+      std::this_thread::sleep_for(kStorePoll);
+    }
+  }
+
+  static constexpr std::chrono::milliseconds kStorePoll{10};
+
+  const StoreUrl url_;
+  const std::string job_;
+  std::mutex mu_;
+  std::unique_ptr<FileStore> file_;
+  std::unique_ptr<gloo::rendezvous::RedisStore> redis_;
+  Clock::time_point deadline_ = Clock::time_point::max();
+};
+
+
+}  // namespace replicator::detail
