@@ -142,14 +142,25 @@ int run_bench_train(const BenchTrainFlags& f) {
   }
   BenchTrainFlags flags = f;
   if (flags.ddp_script.empty()) {
-    // Next to the source tree's bench/ folder: <root>/build/replicator → <root>/bench.
+    // In the source tree (<root>/build/replicator → <root>/bench) or where `cmake --install`
+    // puts it (<prefix>/bin/replicator → <prefix>/share/replicator).
     const std::filesystem::path exe = self_path();
     for (std::filesystem::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path();
          dir = dir.parent_path()) {
-      if (std::filesystem::exists(dir / "bench" / "ddp_train.py")) {
-        flags.ddp_script = (dir / "bench" / "ddp_train.py").string();
-        break;
+      for (const auto* folder : {"bench", "share/replicator"}) {
+        if (flags.ddp_script.empty() && std::filesystem::exists(dir / folder / "ddp_train.py")) {
+          flags.ddp_script = (dir / folder / "ddp_train.py").string();
+        }
       }
+      if (!flags.ddp_script.empty()) break;
+    }
+  }
+  // Checked before a minute is spent measuring.
+  for (const Configuration& c : configs) {
+    if (c.engine == "ddp-gloo" && flags.ddp_script.empty()) {
+      throw ConfigError(
+          "bench/ddp_train.py not found next to the build nor in share/replicator of the "
+          "installation; pass --ddp-script");
     }
   }
 
@@ -158,9 +169,6 @@ int run_bench_train(const BenchTrainFlags& f) {
   for (int r = 0; r < f.repeats; ++r) {
     for (const MemoryMode memory : memories) {
       for (const Configuration& c : configs) {
-        if (c.engine == "ddp-gloo" && flags.ddp_script.empty()) {
-          throw ConfigError("bench/ddp_train.py not found next to the build; pass --ddp-script");
-        }
         const std::string command = command_for(flags, c, memory);
         const double rate = images_per_s_of(run_capture(command), command);
         rates[{c.name, static_cast<int>(memory)}].push_back(rate);

@@ -8,22 +8,32 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/install_deps.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
+# Tests, apps and every engine are asked for explicitly: a build folder configured before
+# (scripts/run.sh turns the tests off) keeps its cache, and would otherwise build no test.
+full=(-DREPLICATOR_BUILD_TESTS=ON -DREPLICATOR_BUILD_APPS=ON -DREPLICATOR_WITH_MPI=ON
+  -DREPLICATOR_WITH_GLOO=ON -DREPLICATOR_WITH_TORCH=ON -DREPLICATOR_SANITIZE=)
+# Every ctest call fails when it finds no test.
+run_ctest() { ctest --no-tests=error --output-on-failure "$@"; }
+
 echo "== release build and tests"
-"$root/scripts/build.sh" "$root/build"
-ctest --test-dir "$root/build" --output-on-failure -j2 -LE multiproc
+"$root/scripts/build.sh" "$root/build" "${full[@]}"
+run_ctest --test-dir "$root/build" -j2 -L unit
 echo "== multi-process tests (mpi, gloo)"
-ctest --test-dir "$root/build" --output-on-failure -L multiproc
+run_ctest --test-dir "$root/build" -L multiproc
+
+echo "== install, and a project built against the installed package"
+"$root/tests/install/consumer.sh" "$root/build"
 
 echo "== ThreadSanitizer: core tests"
-core_only=(-DREPLICATOR_BUILD_APPS=OFF -DREPLICATOR_WITH_MPI=OFF -DREPLICATOR_WITH_GLOO=OFF
-  -DREPLICATOR_WITH_TORCH=OFF)
+core_only=(-DREPLICATOR_BUILD_TESTS=ON -DREPLICATOR_BUILD_APPS=OFF -DREPLICATOR_WITH_MPI=OFF
+  -DREPLICATOR_WITH_GLOO=OFF -DREPLICATOR_WITH_TORCH=OFF)
 BUILD_TYPE=RelWithDebInfo "$root/scripts/build.sh" "$root/build-tsan" \
   -DREPLICATOR_SANITIZE=thread "${core_only[@]}"
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-  ctest --test-dir "$root/build-tsan" --output-on-failure -j2
+  run_ctest --test-dir "$root/build-tsan" -j2 -L unit
 
 echo "== AddressSanitizer: core tests"
 BUILD_TYPE=RelWithDebInfo "$root/scripts/build.sh" "$root/build-asan" \
   -DREPLICATOR_SANITIZE=address "${core_only[@]}"
 ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" \
-  ctest --test-dir "$root/build-asan" --output-on-failure -j2
+  run_ctest --test-dir "$root/build-asan" -j2 -L unit

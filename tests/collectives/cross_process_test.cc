@@ -170,6 +170,17 @@ TEST_P(LayoutTest, EveryCollectiveAcrossProcesses) {
           ASSERT_EQ(out[static_cast<std::size_t>(r) * n + i], value(r, i)) << "all_gather";
         }
       }
+      // gather to the last replica and to replica 0: the root's output holds every input,
+      // the others' (empty) output is not touched
+      for (const int root : {R - 1, 0}) {
+        std::vector<double> g(me == root ? n * static_cast<std::size_t>(R) : 0, -1);
+        ctx.gather(in, g, {.root = root});
+        for (int r = 0; me == root && r < R; ++r) {
+          for (std::size_t i = 0; i < n; ++i) {
+            ASSERT_EQ(g[static_cast<std::size_t>(r) * n + i], value(r, i)) << "gather " << root;
+          }
+        }
+      }
       // broadcast from the last replica (another process for most)
       std::vector<double> b(n);
       for (std::size_t i = 0; i < n; ++i) b[i] = value(me, i);
@@ -230,6 +241,29 @@ TEST(CrossProcessTest, MismatchIsRaisedOnEveryReplicaOfEveryProcess) {
             EXPECT_NE(
                 std::string(e.what()).find("process 1 (replicas 2-3) called all_reduce(f32 x 5"),
                 std::string::npos)
+                << e.what();
+            ++mismatches;
+            throw;
+          }
+        },
+        std::chrono::seconds(30), wire);
+    EXPECT_EQ(mismatches.load(), 4) << "mpi wire " << (wire == Wire::kMpi);
+    for (const auto& e : errors) EXPECT_TRUE(e);
+  }
+}
+
+TEST(CrossProcessTest, GatherRootMismatchIsRaisedOnEveryReplicaOfEveryProcess) {
+  for (const Wire wire : {Wire::kGloo, Wire::kMpi}) {
+    std::atomic<int> mismatches{0};
+    const auto errors = run_processes(
+        2, 2,
+        [&](ReplicaContext& ctx) {
+          const int root = ctx.replica_id() < 2 ? 0 : 1;
+          std::vector<float> in(4, 1.f), out(ctx.replica_id() == root ? 16 : 0);
+          try {
+            ctx.gather(in, out, {.root = root});
+          } catch (const CollectiveMismatch& e) {
+            EXPECT_NE(std::string(e.what()).find("gather(f32 x 4, root=1)"), std::string::npos)
                 << e.what();
             ++mismatches;
             throw;

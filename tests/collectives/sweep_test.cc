@@ -429,6 +429,25 @@ TEST_P(SweepTest, DataMovementEveryDType) {
                        out);
         check_equal<T>(errors, "all_gather in place", out, gathered);
 
+        // gather to several roots: the root's output is every replica's input in id order;
+        // the others pass an empty output. Then in place at the root.
+        for (const int root : roots) {
+          std::vector<T> at_root(r == root ? contribution * un : 0, make<T>(7));
+          ctx.gather(contributed, at_root, {.root = root});
+          if (r == root) {
+            check_equal<T>(errors, "gather root " + std::to_string(root), at_root, gathered);
+          }
+        }
+        {
+          const int root = roots.back();
+          std::vector<T> in_place(contribution * un, T{});
+          std::copy(own.begin(), own.end(), in_place.begin() + (own.data() - gathered.data()));
+          const auto block = std::span<const T>(in_place).subspan(
+              static_cast<std::size_t>(r) * contribution, contribution);
+          ctx.gather(block, r == root ? std::span<T>(in_place) : std::span<T>(), {.root = root});
+          if (r == root) check_equal<T>(errors, "gather in place", in_place, gathered);
+        }
+
         // broadcast from several roots: everyone ends with the root's data.
         for (const int root : roots) {
           std::vector<T> data = mine;

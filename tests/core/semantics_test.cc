@@ -235,6 +235,30 @@ TEST(MismatchTest, DifferentRootRaisedOnEveryReplica) {
                              {"root=0", "root=1"});
 }
 
+TEST(MismatchTest, DifferentGatherRootRaisedOnEveryReplica) {
+  expect_mismatch_everywhere(3,
+                             [](ReplicaContext& ctx) {
+                               const int root = ctx.replica_id() == 0 ? 1 : 0;
+                               std::vector<float> in(8, 1.0f);
+                               std::vector<float> out(ctx.replica_id() == root ? 24 : 0);
+                               ctx.gather(in, out, {.root = root});
+                             },
+                             {"gather(f32 x 8, root=0)", "gather(f32 x 8, root=1)"});
+}
+
+TEST(MismatchTest, GatherAgainstAllGatherRaisedOnEveryReplica) {
+  expect_mismatch_everywhere(2,
+                             [](ReplicaContext& ctx) {
+                               std::vector<float> in(8, 1.0f), out(16);
+                               if (ctx.replica_id() == 1) {
+                                 ctx.gather(in, out);
+                               } else {
+                                 ctx.all_gather(in, out);
+                               }
+                             },
+                             {"all_gather(f32 x 8)", "gather(f32 x 8, root=0)"});
+}
+
 TEST(MismatchTest, DifferentReduceOpRaisedOnEveryReplica) {
   expect_mismatch_everywhere(
       3,
@@ -765,6 +789,26 @@ TEST(InvalidArgumentTest, AllGatherOutputOfWrongSize) {
                             {"all_gather", "5", "6"});
 }
 
+TEST(InvalidArgumentTest, GatherRootOutputOfWrongSizeOrRootOutOfRange) {
+  Replicator repl(with_replicas(2));
+  const auto caught = run_and_catch(repl, [](ReplicaContext& ctx) {
+    std::vector<float> in(4), out(ctx.replica_id() == 0 ? 7 : 0);
+    ctx.gather(in, out);  // the root's output must hold 8
+  });
+  const auto e = caught_as<InvalidArgument>(caught[0]);
+  ASSERT_TRUE(e) << describe(caught[0]);
+  EXPECT_HAS_SUBSTR(std::string(e->what()), "gather: output must hold input.size() * "
+                                            "num_replicas() = 8 elements, got 7");
+  const auto bad_root = run_and_catch(repl, [](ReplicaContext& ctx) {
+    std::vector<float> in(4), out(8);
+    ctx.gather(in, out, {.root = 2});
+  });
+  const auto root_error = caught_as<InvalidArgument>(bad_root[1]);
+  ASSERT_TRUE(root_error) << describe(bad_root[1]);
+  EXPECT_HAS_SUBSTR(std::string(root_error->what()), "root must be a replica id in [0, 2), got 2");
+  expect_healthy(repl);
+}
+
 TEST(InvalidArgumentTest, ReduceScatterInputNotReplicasTimesOutput) {
   expect_invalid_everywhere(4,
                             [](ReplicaContext& ctx) {
@@ -1028,6 +1072,7 @@ void expect_zero_length_everywhere(int n) {
     ctx.all_reduce(none);
     ctx.all_reduce(null_span, {.op = ReduceOp::kMean});
     ctx.all_gather(none, null_span);
+    ctx.gather(none, null_span, {.root = n - 1});
     ctx.broadcast(none, {.root = n - 1});
     ctx.reduce_scatter(none, null_span, {.op = ReduceOp::kProd});
     ctx.all_to_all(none, null_span);
@@ -1073,6 +1118,10 @@ TEST(EdgeTest, SingleReplicaCollectivesOfEveryKind) {
     std::vector<float> gathered(5, -1.0f);
     ctx.all_gather(data, gathered);
     EXPECT_EQ(gathered, data);
+
+    std::vector<float> at_root(5, -1.0f);
+    ctx.gather(data, at_root);
+    EXPECT_EQ(at_root, data);
 
     std::vector<float> b = data;
     ctx.broadcast(b, {.root = 0});
