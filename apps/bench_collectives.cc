@@ -23,8 +23,8 @@
 // of the same buffer (replica 0's arena), run by the main thread of each process outside any
 // Replicator::run, with the same warmup, iters and repeats, each repeat right after the
 // same repeat of ours (so that a drift of the machine's speed affects both alike): `warmup`
-// calls, a one-element native all-reduce as barrier, `iters` timed calls; each repeat's per-call time
-// is the max over processes (combined afterwards by one all_reduce kMax step), and the row is
+// calls, a one-element native all-reduce as barrier, `iters` timed calls; each repeat's per-call
+// time is the max over processes (combined afterwards by one all_reduce kMax step), and the row is
 // their median. Its replicas are the P processes (busbw with n = P). The table adds the ratio
 // ours/native busbw on that row (JSON: busbw_ours_over_native).
 //
@@ -78,88 +78,58 @@ using bench::median;
 using bench::PrefaultedBuffer;
 using Json = nlohmann::ordered_json;
 
-enum class Kind {
+// The collectives this benchmark measures, and what it needs to know of each to size
+// buffers and report figures (nccl-tests' definitions). How each is called and checked is in
+// Bench::issue and Bench::check.
+enum class Kind : std::uint8_t {
   kAllReduce,
   kAllGather,
+  kGather,
   kBroadcast,
   kReduceScatter,
   kAllToAll,
   kPermute,
-  kBarrier
+  kBarrier,
 };
 
-constexpr std::array kAllKinds = {Kind::kAllReduce,     Kind::kAllGather, Kind::kBroadcast,
-                                  Kind::kReduceScatter, Kind::kAllToAll,  Kind::kPermute,
-                                  Kind::kBarrier};
+struct KindFacts {
+  Kind kind;
+  const char* name;
+  bool reduces;       // takes --op
+  bool blocked;       // the buffer is cut into R equal blocks
+  bool needs_output;  // uses the second region of the arena (an output apart from input)
+  // busbw = algbw · bus(R); and the bytes an in-process implementation must at least read
+  // plus write for S bytes: traffic(R) · S.
+  double (*bus)(double r);
+  double (*traffic)(double r);
+};
 
-const char* name_of(Kind kind) {
-  switch (kind) {
-    case Kind::kAllReduce:
-      return "all_reduce";
-    case Kind::kAllGather:
-      return "all_gather";
-    case Kind::kBroadcast:
-      return "broadcast";
-    case Kind::kReduceScatter:
-      return "reduce_scatter";
-    case Kind::kAllToAll:
-      return "all_to_all";
-    case Kind::kPermute:
-      return "permute";
-    case Kind::kBarrier:
-      return "barrier";
-  }
-  return "?";
-}
+constexpr KindFacts kFacts[] = {
+    {Kind::kAllReduce, "all_reduce", true, false, false, [](double r) { return 2 * (r - 1) / r; },
+     [](double r) { return 2 * r; }},
+    {Kind::kAllGather, "all_gather", false, true, true, [](double r) { return (r - 1) / r; },
+     [](double r) { return 2 * r; }},
+    {Kind::kGather, "gather", false, true, true, [](double r) { return (r - 1) / r; },
+     [](double) { return 2.0; }},
+    {Kind::kBroadcast, "broadcast", false, false, false, [](double) { return 1.0; },
+     [](double r) { return 2 * (r - 1); }},
+    {Kind::kReduceScatter, "reduce_scatter", true, true, true, [](double r) { return (r - 1) / r; },
+     [](double r) { return r + 1; }},
+    {Kind::kAllToAll, "all_to_all", false, true, true, [](double r) { return (r - 1) / r; },
+     [](double r) { return 2 * r; }},
+    {Kind::kPermute, "permute", false, false, true, [](double) { return 1.0; },
+     [](double r) { return 2 * r; }},
+    {Kind::kBarrier, "barrier", false, false, false, [](double) { return 0.0; },
+     [](double) { return 0.0; }},
+};
 
-bool reduces(Kind kind) { return kind == Kind::kAllReduce || kind == Kind::kReduceScatter; }
-
-// Collectives whose buffer is cut into R equal blocks.
-bool blocked(Kind kind) {
-  return kind == Kind::kAllGather || kind == Kind::kReduceScatter || kind == Kind::kAllToAll;
-}
-
-// Whether the collective needs the second region of the arena (an output apart from input).
-bool needs_output(Kind kind) {
-  return kind == Kind::kAllGather || kind == Kind::kReduceScatter || kind == Kind::kAllToAll ||
-         kind == Kind::kPermute;
-}
-
-double bus_factor(Kind kind, int r) {
-  const double n = r;
-  switch (kind) {
-    case Kind::kAllReduce:
-      return 2.0 * (n - 1) / n;
-    case Kind::kAllGather:
-    case Kind::kReduceScatter:
-    case Kind::kAllToAll:
-      return (n - 1) / n;
-    case Kind::kBroadcast:
-    case Kind::kPermute:
-      return 1.0;
-    case Kind::kBarrier:
-      return 0.0;
-  }
-  return 0.0;
-}
-
-// Bytes an in-process implementation must at least read plus write for S = `bytes`.
-double traffic_bytes(Kind kind, int r, double bytes) {
-  switch (kind) {
-    case Kind::kAllReduce:
-    case Kind::kAllGather:
-    case Kind::kAllToAll:
-    case Kind::kPermute:
-      return 2.0 * r * bytes;
-    case Kind::kReduceScatter:
-      return r * bytes + bytes;
-    case Kind::kBroadcast:
-      return 2.0 * (r - 1) * bytes;
-    case Kind::kBarrier:
-      return 0.0;
-  }
-  return 0.0;
-}
+const KindFacts& facts(Kind kind) { return kFacts[static_cast<std::size_t>(kind)]; }
+const char* name_of(Kind kind) { return facts(kind).name; }
+bool reduces(Kind kind) { return facts(kind).reduces; }
+bool blocked(Kind kind) { return facts(kind).blocked; }
+bool needs_output(Kind kind) { return facts(kind).needs_output; }
+double bus_factor(Kind kind, int r) { return facts(kind).bus(r); }
+double traffic_bytes(Kind kind, int r, double bytes) { return facts(kind).traffic(r) * bytes; }
 
 // "4", "64K", "256M", "1G" (binary multiples; "KiB", "MB" and lower case accepted too).
 std::uint64_t parse_bytes(const std::string& text, const std::string& flag) {
@@ -498,6 +468,9 @@ class CollectiveBench {
       case Kind::kAllGather:
         ctx.all_gather(std::span<T>(a, block), std::span<T>(b, count));
         break;
+      case Kind::kGather:
+        ctx.gather(std::span<T>(a, block), std::span<T>(b, ctx.replica_id() == 0 ? count : 0));
+        break;
       case Kind::kBroadcast:
         ctx.broadcast(std::span<T>(a, count), {.root = 0});
         break;
@@ -551,8 +524,8 @@ class CollectiveBench {
     row.bytes = count * sizeof(T);
     row.count = count;
     row.iters = s_.iters ? *s_.iters : choose_iters(kind, count);
-    const bool with_native = kind == Kind::kAllReduce && s_.native != nullptr &&
-                             std::is_same_v<T, float>;
+    const bool with_native =
+        kind == Kind::kAllReduce && s_.native != nullptr && std::is_same_v<T, float>;
     std::vector<double> times;
     std::vector<double> native_times;
     for (int rep = 0; rep < s_.repeats; ++rep) {
@@ -684,6 +657,16 @@ class CollectiveBench {
             std::fill(b, b + count, poison_);
             issue(ctx, kind, a, b, count);
             for (int j = 0; j < n; ++j) {
+              const std::size_t at = static_cast<std::size_t>(j) * block;
+              verify_periodic(b + at, block, data_, shift_of(j, it), at, r, it, result);
+            }
+            break;
+          }
+          case Kind::kGather: {
+            fill_periodic(a, block, data_, mine);
+            std::fill(b, b + count, poison_);
+            issue(ctx, kind, a, b, count);
+            for (int j = 0; r == 0 && j < n; ++j) {
               const std::size_t at = static_cast<std::size_t>(j) * block;
               verify_periodic(b + at, block, data_, shift_of(j, it), at, r, it, result);
             }
@@ -833,9 +816,9 @@ int run_bench_collectives(const Flags& f) {
 
   std::vector<std::string> names = f.collectives;
   if (names.empty() || std::find(names.begin(), names.end(), "all") != names.end()) names.clear();
-  for (const Kind kind : kAllKinds) {
-    if (names.empty() || std::find(names.begin(), names.end(), name_of(kind)) != names.end()) {
-      s.kinds.push_back(kind);
+  for (const KindFacts& k : kFacts) {
+    if (names.empty() || std::find(names.begin(), names.end(), k.name) != names.end()) {
+      s.kinds.push_back(k.kind);
     }
   }
 
@@ -1018,12 +1001,16 @@ Command add_bench_collectives(CLI::App& bench) {
   app->add_option("--op", flags->op, "Reduce op of all_reduce and reduce_scatter")
       ->capture_default_str()
       ->check(CLI::IsMember({"sum", "mean", "min", "max", "prod"}));
+  std::vector<std::string> collectives = {"all"};
+  std::string listed;
+  for (const KindFacts& k : kFacts) {
+    collectives.emplace_back(k.name);
+    listed += (listed.empty() ? "" : ", ") + std::string(k.name);
+  }
   app->add_option("--collectives", flags->collectives,
-                  "Comma-separated list (default all): all_reduce, all_gather, broadcast, "
-                  "reduce_scatter, all_to_all, permute, barrier")
+                  "Comma-separated list (default all): " + listed)
       ->delimiter(',')
-      ->check(CLI::IsMember({"all", "all_reduce", "all_gather", "broadcast", "reduce_scatter",
-                             "all_to_all", "permute", "barrier"}));
+      ->check(CLI::IsMember(collectives));
   app->add_option("--copy-bytes", flags->copy_bytes,
                   "Array size of the memory copy-bandwidth measurement")
       ->capture_default_str();

@@ -12,8 +12,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -21,6 +19,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -48,11 +47,11 @@ struct BenchTrainFlags {
 };
 
 struct Configuration {
-  std::string name;     // e.g. "local-2x1"
-  std::string engine;   // local, mpi, gloo, ddp-gloo
+  std::string name;    // e.g. "local-2x1"
+  std::string engine;  // local, mpi, gloo, ddp-gloo
   int processes = 1;
-  int replicas = 1;     // in all
-  int threads = 1;      // intra-op threads per process
+  int replicas = 1;  // in all
+  int threads = 1;   // intra-op threads per process
 };
 
 const std::vector<Configuration>& all_configurations() {
@@ -91,7 +90,8 @@ double images_per_s_of(const std::string& output, const std::string& command) {
   std::size_t start = 0;
   while (start < output.size()) {
     const std::size_t end = output.find('\n', start);
-    const std::string line = output.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    const std::string line =
+        output.substr(start, end == std::string::npos ? std::string::npos : end - start);
     const std::size_t brace = line.find('{');
     if (brace != std::string::npos && line.find("images_per_s") != std::string::npos) {
       const Json j = Json::parse(line.substr(brace), nullptr, /*allow_exceptions=*/false);
@@ -125,9 +125,9 @@ std::string command_for(const BenchTrainFlags& f, const Configuration& c, Memory
   }
   // ddp-gloo: the same memory setting through glibc's environment variables.
   return memory_mode_environment(memory) + " " + quote(f.python) + " " + quote(f.ddp_script) +
-         " --processes " + std::to_string(c.processes) + " --threads " +
-         std::to_string(c.threads) + " --batch " + std::to_string(f.batch) + " --steps " +
-         std::to_string(f.steps) + " --warmup " + std::to_string(f.warmup) + " 2>/dev/null";
+         " --processes " + std::to_string(c.processes) + " --threads " + std::to_string(c.threads) +
+         " --batch " + std::to_string(f.batch) + " --steps " + std::to_string(f.steps) +
+         " --warmup " + std::to_string(f.warmup) + " 2>/dev/null";
 }
 
 int run_bench_train(const BenchTrainFlags& f) {
@@ -136,7 +136,8 @@ int run_bench_train(const BenchTrainFlags& f) {
   if (f.memory == "both" || f.memory == "system") memories.push_back(MemoryMode::kSystem);
   std::vector<Configuration> configs;
   for (const Configuration& c : all_configurations()) {
-    if (f.configs.empty() || std::find(f.configs.begin(), f.configs.end(), c.name) != f.configs.end()) {
+    if (f.configs.empty() ||
+        std::find(f.configs.begin(), f.configs.end(), c.name) != f.configs.end()) {
       configs.push_back(c);
     }
   }
@@ -174,8 +175,7 @@ int run_bench_train(const BenchTrainFlags& f) {
         rates[{c.name, static_cast<int>(memory)}].push_back(rate);
         if (!f.json) {
           std::fprintf(stderr, "  repeat %d/%d %-13s memory=%-6s %8.0f images/s\n", r + 1,
-                       f.repeats, c.name.c_str(), to_string(memory),
-                       rate);
+                       f.repeats, c.name.c_str(), to_string(memory), rate);
         }
       }
     }
@@ -186,8 +186,9 @@ int run_bench_train(const BenchTrainFlags& f) {
     return it == rates.end() ? 0.0 : median(it->second);
   };
   if (!f.json) {
-    std::printf("# train throughput: batch %d, %d timed steps after %d, median [min..max] of %d runs\n",
-                f.batch, f.steps, f.warmup, f.repeats);
+    std::printf(
+        "# train throughput: batch %d, %d timed steps after %d, median [min..max] of %d runs\n",
+        f.batch, f.steps, f.warmup, f.repeats);
     std::printf("%-13s %-9s %9s %8s %7s %-7s %10s %21s %9s\n", "config", "engine", "processes",
                 "replicas", "threads", "memory", "images/s", "[min..max]", "vs 1x1");
   }
@@ -227,7 +228,8 @@ int run_bench_train(const BenchTrainFlags& f) {
     ratio("local 2x1 / local 1x1 (memory keep)", two, med("local-1x1", k));
     ratio("local 2x1 / local 1 replica x 2 threads (keep)", two, med("local-1x2t", k));
     ratio("local 2x1 / DDP gloo 2x1 (keep)", two, med("ddp-gloo-2x1", k));
-    ratio("memory keep / system, local 1x1", med("local-1x1", k), med("local-1x1", MemoryMode::kSystem));
+    ratio("memory keep / system, local 1x1", med("local-1x1", k),
+          med("local-1x1", MemoryMode::kSystem));
     ratio("memory keep / system, local 2x1", two, med("local-2x1", MemoryMode::kSystem));
   }
   return 0;
@@ -238,9 +240,11 @@ int run_bench_train(const BenchTrainFlags& f) {
 Command add_bench_train(CLI::App& bench) {
   auto flags = std::make_shared<BenchTrainFlags>();
   CLI::App* app = bench.add_subcommand(
-      "train", "Training throughput (images/s) of the train job in several layouts, and PyTorch DDP");
+      "train",
+      "Training throughput (images/s) of the train job in several layouts, and PyTorch DDP");
   app->add_option("--steps", flags->steps, "Timed steps per run")->check(CLI::Range(1, 100000));
-  app->add_option("--warmup", flags->warmup, "Untimed steps before them")->check(CLI::Range(0, 100000));
+  app->add_option("--warmup", flags->warmup, "Untimed steps before them")
+      ->check(CLI::Range(0, 100000));
   app->add_option("--repeats", flags->repeats, "Runs per configuration (median reported)")
       ->check(CLI::Range(1, 100));
   app->add_option("--batch", flags->batch, "Global batch")->check(CLI::Range(2, 1 << 20));

@@ -22,8 +22,8 @@ std::string engine_howto(const std::string& engine, const std::string& command) 
     return "start the processes with mpirun, e.g. `mpirun -np 2 replicator " + command + " ...`";
   }
   if (engine == "gloo") {
-    return "start the processes with the launcher, e.g. `replicator launch -n 2 -- replicator " + command +
-           " ...`";
+    return "start the processes with the launcher, e.g. `replicator launch -n 2 -- replicator " +
+           command + " ...`";
   }
   return "run the command directly, without mpirun or `replicator launch`";
 }
@@ -34,10 +34,10 @@ Config config_for_engine(const std::string& engine_flag, const std::string& comm
   Config config = Config::from_env();
   const std::string picked(to_string(config.engine));
   if (!engine_flag.empty() && engine_flag != picked) {
-    throw ConfigError("--engine " + engine_flag + " contradicts the environment, which selects the " +
-                      picked + " engine (" + engine_source(config.engine) + "); for " +
-                      engine_flag + ", " + engine_howto(engine_flag, command) +
-                      "; or leave out --engine");
+    throw ConfigError("--engine " + engine_flag +
+                      " contradicts the environment, which selects the " + picked + " engine (" +
+                      engine_source(config.engine) + "); for " + engine_flag + ", " +
+                      engine_howto(engine_flag, command) + "; or leave out --engine");
   }
   return config;
 }

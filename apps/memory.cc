@@ -46,7 +46,8 @@ void apply_memory_mode(MemoryMode mode, char** argv) {
   if (!reexecuted) {
     const char* preload = std::getenv("LD_PRELOAD");
     ::setenv(kMarker, preload != nullptr ? preload : "-", 1);
-    const std::string with = std::string(kJemalloc) + (preload != nullptr ? std::string(" ") + preload : "");
+    const std::string with =
+        std::string(kJemalloc) + (preload != nullptr ? std::string(" ") + preload : "");
     ::setenv("LD_PRELOAD", with.c_str(), 1);
     if (std::getenv("MALLOC_CONF") == nullptr) ::setenv("MALLOC_CONF", kJemallocConf, 1);
     ::execv("/proc/self/exe", argv);

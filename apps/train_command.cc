@@ -1,9 +1,8 @@
 // `replicator train classifier`: the train job (apps/train/classifier.h) from the command
 // line. Prints the final test accuracy (and, with --json, one JSON object on stdout).
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "apps/command.h"
@@ -98,15 +97,17 @@ Command add_train_classifier(CLI::App& train, char** argv) {
                   "local, mpi or gloo; must match how the processes were started (default: "
                   "what the environment selects)")
       ->check(CLI::IsMember({"local", "mpi", "gloo"}));
-  app->add_option("--epochs", o.epochs, "Epochs over the training set")->check(CLI::Range(1, 100000));
+  app->add_option("--epochs", o.epochs, "Epochs over the training set")
+      ->check(CLI::Range(1, 100000));
   app->add_option("--batch", o.batch, "Global batch, split evenly over the replicas")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   app->add_option("--lr", o.lr, "Peak learning rate per 256 examples of batch");
   app->add_option("--momentum", o.momentum, "SGD momentum (Nesterov)");
   app->add_option("--weight-decay", o.weight_decay, "SGD weight decay");
   app->add_option("--seed", o.seed, "Seed of the initialisation, shuffling and augmentation");
-  app->add_option("--data", flags->data_dir,
-                  "Folder of the Fashion-MNIST .gz files (default /usr/share/datasets/fashion-mnist)");
+  app->add_option(
+      "--data", flags->data_dir,
+      "Folder of the Fashion-MNIST .gz files (default /usr/share/datasets/fashion-mnist)");
   app->add_option("--out", flags->out, "Folder for metrics.jsonl and checkpoint.pt");
   app->add_option("--resume", flags->resume, "Continue from this checkpoint");
   app->add_option("--checkpoint-every", o.checkpoint_every,
@@ -125,11 +126,13 @@ Command add_train_classifier(CLI::App& train, char** argv) {
                 "Reduce all gradient buckets after backward instead of from within it");
   app->add_flag("--no-augment", flags->no_augment, "No random flips and shifts");
   app->add_flag("--no-eval", flags->no_eval, "Skip the test-set evaluation");
-  app->add_flag("--no-progress", [&o](std::int64_t) { o.progress = false; },
-                "No progress line on the terminal");
-  app->add_option("--memory", flags->memory,
-                  "keep (default): run on jemalloc with purging off, so freed memory stays mapped for "
-                  "reuse; system: glibc's defaults")
+  app->add_flag(
+      "--no-progress", [&o](std::int64_t) { o.progress = false; },
+      "No progress line on the terminal");
+  app->add_option(
+         "--memory", flags->memory,
+         "keep (default): run on jemalloc with purging off, so freed memory stays mapped for "
+         "reuse; system: glibc's defaults")
       ->check(CLI::IsMember({"keep", "system"}));
   app->add_option("--timeout", flags->timeout, "Deadline of every collective, e.g. 30s");
   app->add_flag("--json", flags->json, "Print the result as one JSON object on stdout");

@@ -3,8 +3,8 @@
 # with the offending file, line and include when one reaches up; run as a script
 # (`cmake -DROOT=dir -P cmake/check_layers.cmake`) it exits non-zero instead.
 #
-# A file's layer: src/<layer>/...; apps/, bench/, examples/ and tests/ are the top. Public headers include/replicator/<h>: the
-# layer that implements them (below).
+# A file's layer: src/<layer>/...; apps/, bench/, examples/ and tests/ are the top. Public
+# headers include/replicator/<h>: the layer that implements them (below).
 set(REPLICATOR_LAYERS base comm engines collectives runtime torch data rl apps)
 
 function(_replicator_public_layer header out)

@@ -46,7 +46,8 @@ int main() {
         float err = -r.y[i];
         for (int f = 0; f < kFeatures; ++f) err += r.x[i * kFeatures + f] * r.w[f];
         sq += err * err;
-        for (int f = 0; f < kFeatures; ++f) r.grad[f] += 2.f * err * r.x[i * kFeatures + f] / kPerReplica;
+        for (int f = 0; f < kFeatures; ++f)
+          r.grad[f] += 2.f * err * r.x[i * kFeatures + f] / kPerReplica;
       }
       ctx.all_reduce(r.grad, {.op = ReduceOp::kMean});
       for (int f = 0; f < kFeatures; ++f) r.w[f] -= 0.05f * r.grad[f];

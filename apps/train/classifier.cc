@@ -2,13 +2,12 @@
 
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "apps/train/resnet.h"
@@ -34,7 +33,8 @@ double learning_rate(const TrainOptions& o, std::int64_t step, std::int64_t tota
   const double peak = o.lr * static_cast<double>(o.batch) / 256.0;
   const std::int64_t warm = std::max<std::int64_t>(1, total / 20);
   if (step < warm) return peak * static_cast<double>(step + 1) / static_cast<double>(warm);
-  const double t = static_cast<double>(step - warm) / static_cast<double>(std::max<std::int64_t>(1, total - warm));
+  const double t = static_cast<double>(step - warm) /
+                   static_cast<double>(std::max<std::int64_t>(1, total - warm));
   return 0.5 * peak * (1.0 + std::cos(M_PI * std::min(1.0, t)));
 }
 
@@ -119,19 +119,23 @@ class Reporter {
     const double per_step = elapsed / static_cast<double>(std::max<std::int64_t>(1, done_));
     const double eta = per_step * static_cast<double>(steps_to_run - done_);
     char line[200];
-    std::snprintf(line, sizeof line,
-                  "epoch %lld/%d  step %lld/%lld  loss %.4f  %.0f images/s  ETA %s",
-                  static_cast<long long>(epoch + 1), options_.epochs,
-                  static_cast<long long>(step), static_cast<long long>(total_steps_), loss,
-                  images_per_s, clock_text(eta).c_str());
+    std::snprintf(
+        line, sizeof line, "epoch %lld/%d  step %lld/%lld  loss %.4f  %.0f images/s  ETA %s",
+        static_cast<long long>(epoch + 1), options_.epochs, static_cast<long long>(step),
+        static_cast<long long>(total_steps_), loss, images_per_s, clock_text(eta).c_str());
     if (terminal_) {
       std::fprintf(stderr, "\r%-90s", line);
     } else if (done_ >= next_plain_) {
       std::fprintf(stderr, "%s\n", line);
       next_plain_ = done_ + std::max<std::int64_t>(1, steps_to_run / 10);
     }
-    write({{"type", "train"}, {"epoch", epoch}, {"step", step}, {"loss", loss}, {"lr", lr},
-           {"images_per_s", images_per_s}, {"elapsed_s", elapsed}});
+    write({{"type", "train"},
+           {"epoch", epoch},
+           {"step", step},
+           {"loss", loss},
+           {"lr", lr},
+           {"images_per_s", images_per_s},
+           {"elapsed_s", elapsed}});
   }
   void count_step() { ++done_; }
 
@@ -139,7 +143,10 @@ class Reporter {
     if (terminal_) std::fprintf(stderr, "\n");
     std::fprintf(stderr, "epoch %lld: test accuracy %.4f, test loss %.4f\n",
                  static_cast<long long>(epoch + 1), e.accuracy, e.loss);
-    write({{"type", "eval"}, {"epoch", epoch}, {"step", step}, {"test_accuracy", e.accuracy},
+    write({{"type", "eval"},
+           {"epoch", epoch},
+           {"step", step},
+           {"test_accuracy", e.accuracy},
            {"test_loss", e.loss}});
   }
 
@@ -163,21 +170,27 @@ class Reporter {
 }  // namespace
 
 TrainResult train_classifier(const TrainOptions& o) {
-  if (o.epochs < 1) throw InvalidArgument("epochs must be at least 1, got " + std::to_string(o.epochs));
-  if (o.batch < 1) throw InvalidArgument("batch must be at least 1, got " + std::to_string(o.batch));
-  if (o.threads < 1) throw InvalidArgument("threads must be at least 1, got " + std::to_string(o.threads));
+  if (o.epochs < 1)
+    throw InvalidArgument("epochs must be at least 1, got " + std::to_string(o.epochs));
+  if (o.batch < 1)
+    throw InvalidArgument("batch must be at least 1, got " + std::to_string(o.batch));
+  if (o.threads < 1)
+    throw InvalidArgument("threads must be at least 1, got " + std::to_string(o.threads));
   at::set_num_threads(o.threads);
 
-  const std::filesystem::path dir = o.data_dir.empty() ? data::default_fashion_mnist_dir() : o.data_dir;
-  const auto train_set = std::make_shared<const data::Examples>(data::read_fashion_mnist(dir, data::Split::kTrain));
-  const auto test_set = std::make_shared<const data::Examples>(data::read_fashion_mnist(dir, data::Split::kTest));
+  const std::filesystem::path dir =
+      o.data_dir.empty() ? data::default_fashion_mnist_dir() : o.data_dir;
+  const auto train_set =
+      std::make_shared<const data::Examples>(data::read_fashion_mnist(dir, data::Split::kTrain));
+  const auto test_set =
+      std::make_shared<const data::Examples>(data::read_fashion_mnist(dir, data::Split::kTest));
 
   Replicator replicator(o.config);
   const int R = replicator.num_replicas();
   if (o.batch % R != 0) {
     throw InvalidArgument("the global batch (" + std::to_string(o.batch) +
-                          ") must be a multiple of the number of replicas (" +
-                          std::to_string(R) + ")");
+                          ") must be a multiple of the number of replicas (" + std::to_string(R) +
+                          ")");
   }
   std::mutex init_mutex;
 
@@ -197,12 +210,13 @@ TrainResult train_classifier(const TrainOptions& o) {
       model = ResNet(ResNetOptions{});
     }
     rt::broadcast_parameters(ctx, *model);
-    auto sgd = std::make_shared<::torch::optim::SGD>(
-        model->parameters(), ::torch::optim::SGDOptions(o.lr)
-                                 .momentum(o.momentum)
-                                 .nesterov(o.momentum > 0)
-                                 .weight_decay(o.weight_decay));
-    rt::ReplicatedOptimizer optimizer(ctx, sgd, {.bucket_bytes = o.bucket_bytes, .overlap = o.overlap});
+    auto sgd = std::make_shared<::torch::optim::SGD>(model->parameters(),
+                                                     ::torch::optim::SGDOptions(o.lr)
+                                                         .momentum(o.momentum)
+                                                         .nesterov(o.momentum > 0)
+                                                         .weight_decay(o.weight_decay));
+    rt::ReplicatedOptimizer optimizer(ctx, sgd,
+                                      {.bucket_bytes = o.bucket_bytes, .overlap = o.overlap});
 
     data::ShardedLoader loader(train_set, {.global_batch = o.batch,
                                            .replica = ctx.replica_id(),
@@ -263,7 +277,8 @@ TrainResult train_classifier(const TrainOptions& o) {
           ctx.all_reduce(window);
           if (reporter) {
             const double timed = seconds_since(timed_from);
-            const double rate = timed_steps > 0 ? static_cast<double>(timed_steps * o.batch) / timed : 0;
+            const double rate =
+                timed_steps > 0 ? static_cast<double>(timed_steps * o.batch) / timed : 0;
             reporter->train(epoch, step, steps_to_run, window[0] / window[1], lr, rate,
                             seconds_since(started));
           }
@@ -295,9 +310,10 @@ TrainResult train_classifier(const TrainOptions& o) {
                    std::span(reinterpret_cast<std::int64_t*>(all.data()), all.size()));
     for (int r = 0; r < R; ++r) {
       if (all[static_cast<std::size_t>(r)] != mine) {
-        throw Error("replica " + std::to_string(r) + " ended with parameters different from replica " +
-                    std::to_string(ctx.replica_id()) + "'s (digest " + hex(all[static_cast<std::size_t>(r)]) +
-                    " vs " + hex(mine) + ")");
+        throw Error("replica " + std::to_string(r) +
+                    " ended with parameters different from replica " +
+                    std::to_string(ctx.replica_id()) + "'s (digest " +
+                    hex(all[static_cast<std::size_t>(r)]) + " vs " + hex(mine) + ")");
       }
     }
     result.digest = hex(mine);

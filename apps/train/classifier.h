@@ -13,31 +13,31 @@
 namespace replicator::apps {
 
 struct TrainOptions {
-  Config config;                 // engine and local replicas of the job
+  Config config;  // engine and local replicas of the job
   int epochs = 1;
-  std::int64_t batch = 256;      // global batch, split evenly over the replicas
-  double lr = 0.2;               // peak learning rate for a global batch of 256 (scaled
-                                 // linearly with the batch), warm-up then cosine decay
-  double momentum = 0.9;         // SGD, Nesterov
+  std::int64_t batch = 256;  // global batch, split evenly over the replicas
+  double lr = 0.2;           // peak learning rate for a global batch of 256 (scaled
+                             // linearly with the batch), warm-up then cosine decay
+  double momentum = 0.9;     // SGD, Nesterov
   double weight_decay = 5e-4;
-  std::uint64_t seed = 0;        // model initialisation, shuffling, augmentation
-  bool augment = true;           // random flips and 2-pixel shifts
-  std::filesystem::path data_dir;  // the Fashion-MNIST .gz files
-  std::filesystem::path out;       // metrics.jsonl and checkpoint.pt; empty: none written
-  std::filesystem::path resume;    // a checkpoint to continue from; empty: start afresh
+  std::uint64_t seed = 0;             // model initialisation, shuffling, augmentation
+  bool augment = true;                // random flips and 2-pixel shifts
+  std::filesystem::path data_dir;     // the Fashion-MNIST .gz files
+  std::filesystem::path out;          // metrics.jsonl and checkpoint.pt; empty: none written
+  std::filesystem::path resume;       // a checkpoint to continue from; empty: start afresh
   std::int64_t checkpoint_every = 0;  // steps between checkpoints (also at each epoch end)
-  std::int64_t max_steps = 0;    // stop after this many steps in total (0: all epochs); the
-                                 // learning-rate schedule still spans all epochs
-  std::int64_t timed_after = 0;  // images/s counts the steps after this many (warm-up)
-  int threads = 1;               // LibTorch intra-op threads per process
+  std::int64_t max_steps = 0;         // stop after this many steps in total (0: all epochs); the
+                                      // learning-rate schedule still spans all epochs
+  std::int64_t timed_after = 0;       // images/s counts the steps after this many (warm-up)
+  int threads = 1;                    // LibTorch intra-op threads per process
   std::size_t bucket_bytes = std::size_t{25} << 20;
-  bool overlap = true;           // reduce gradient buckets from within backward
-  bool evaluate = true;          // test accuracy after each epoch
-  bool progress = true;          // a progress line on stderr when it is a terminal
+  bool overlap = true;   // reduce gradient buckets from within backward
+  bool evaluate = true;  // test accuracy after each epoch
+  bool progress = true;  // a progress line on stderr when it is a terminal
 };
 
 struct TrainResult {
-  bool reporter = false;      // this process holds replica 0 (it prints and writes files)
+  bool reporter = false;  // this process holds replica 0 (it prints and writes files)
   int replicas = 0;
   int local_replicas = 0;
   int processes = 0;

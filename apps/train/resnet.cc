@@ -38,8 +38,8 @@ ResNetImpl::ResNetImpl(const ResNetOptions& options) {
   std::int64_t in = first;
   for (std::size_t i = 0; i < options.widths.size(); ++i) {
     const std::int64_t out = options.widths[i];
-    blocks_.push_back(register_module("block" + std::to_string(i),
-                                      ResidualBlock(in, out, i == 0 ? 1 : 2)));
+    blocks_.push_back(
+        register_module("block" + std::to_string(i), ResidualBlock(in, out, i == 0 ? 1 : 2)));
     in = out;
   }
   head_ = register_module("head", nn::Linear(in, options.classes));

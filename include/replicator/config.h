@@ -50,8 +50,8 @@ struct Config {
   static Config from_env();
 
   // Sets one option by name ("local-replicas", "timeout", "spin", "host-processes",
-  // "engine", "rank", "world-size", "store", "host", "job") from its text form. Throws ConfigError for an
-  // unknown name or an invalid value.
+  // "engine", "rank", "world-size", "store", "host", "job") from its text form. Throws ConfigError
+  // for an unknown name or an invalid value.
   void set(std::string_view name, std::string_view value);
 
   // The option names `set` accepts, with a one-line description each.

@@ -37,7 +37,7 @@ class WorkerPool;
 
 template <typename Range>
 concept ElementRange = std::ranges::contiguous_range<Range> && std::ranges::sized_range<Range> &&
-                       kIsElement<std::remove_cv_t<std::ranges::range_value_t<Range>>>;
+    kIsElement<std::remove_cv_t<std::ranges::range_value_t<Range>>>;
 
 template <ElementRange Range>
 Buffer as_buffer(Range&& range) {
@@ -49,9 +49,9 @@ Buffer as_buffer(Range&& range) {
 
 class ReplicaContext {
  public:
-  int replica_id() const { return replica_id_; }        // global id, 0..R-1
-  int num_replicas() const { return num_replicas_; }    // R, over all processes
-  int local_replica_id() const { return local_id_; }    // 0..L-1 within this process
+  int replica_id() const { return replica_id_; }         // global id, 0..R-1
+  int num_replicas() const { return num_replicas_; }     // R, over all processes
+  int local_replica_id() const { return local_id_; }     // 0..L-1 within this process
   int num_local_replicas() const { return num_local_; }  // L
   // Number of collectives this replica has issued in the current run.
   std::uint64_t sequence() const { return sequence_; }

@@ -144,7 +144,7 @@ class Replicator {
   void reduce_erased(ReduceOp op, DType dtype, const void* const* inputs, void* out) const;
 
   Config config_;
-  std::unique_ptr<detail::Transport> transport_;  // null for the local engine
+  std::unique_ptr<detail::Transport> transport_;   // null for the local engine
   std::unique_ptr<detail::ProcessLayout> layout_;  // null in a one-process job
   std::string broken_;  // why a multi-process job can no longer run, if it cannot
   std::unique_ptr<detail::Communicator> comm_;

@@ -159,9 +159,10 @@ void Config::validate() const {
   }
   if (engine == Engine::kGloo) {
     if (store.empty()) {
-      throw ConfigError("the gloo engine needs a rendezvous store: set REPLICATOR_STORE (or "
-                        "--store) to file:///shared/dir or redis://host:port, or start the "
-                        "processes with `replicator launch`");
+      throw ConfigError(
+          "the gloo engine needs a rendezvous store: set REPLICATOR_STORE (or "
+          "--store) to file:///shared/dir or redis://host:port, or start the "
+          "processes with `replicator launch`");
     }
     if (rank >= world_size) {
       throw ConfigError("rank " + std::to_string(rank) + " is not below world-size " +
@@ -170,23 +171,28 @@ void Config::validate() const {
   }
 #if !defined(REPLICATOR_HAVE_MPI)
   if (engine == Engine::kMpi) {
-    throw ConfigError("the mpi engine is not part of this build (OpenMPI was not found when "
-                      "it was built); use engine gloo or local");
+    throw ConfigError(
+        "the mpi engine is not part of this build (OpenMPI was not found when "
+        "it was built); use engine gloo or local");
   }
 #endif
 #if !defined(REPLICATOR_HAVE_GLOO)
   if (engine == Engine::kGloo) {
-    throw ConfigError("the gloo engine is not part of this build (Gloo was not found when it "
-                      "was built); use engine mpi or local");
+    throw ConfigError(
+        "the gloo engine is not part of this build (Gloo was not found when it "
+        "was built); use engine mpi or local");
   }
 #endif
 }
 
 std::string_view to_string(Engine engine) {
   switch (engine) {
-    case Engine::kLocal: return "local";
-    case Engine::kMpi: return "mpi";
-    case Engine::kGloo: return "gloo";
+    case Engine::kLocal:
+      return "local";
+    case Engine::kMpi:
+      return "mpi";
+    case Engine::kGloo:
+      return "gloo";
   }
   return "?";
 }

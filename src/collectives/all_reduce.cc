@@ -20,7 +20,8 @@ void all_reduce(const Peers& p) {
   if (p.path == Path::kStaged) {
     std::size_t offset = 0;
     for (const Buffer& b : mine.call.buffers) {
-      for (int j = 0; j < p.n; ++j) p.in_ptrs[static_cast<std::size_t>(j)] = p.staging[static_cast<std::size_t>(j)] + offset;
+      for (int j = 0; j < p.n; ++j)
+        p.in_ptrs[static_cast<std::size_t>(j)] = p.staging[static_cast<std::size_t>(j)] + offset;
       void* out = b.data;
       tree_reduce(mine.op, b.dtype, p.in_ptrs.data(), p.n, &out, 1, b.count, divisor, *p.scratch);
       offset += packed_size(b);

@@ -35,9 +35,9 @@ void Communicator::collective(int me, std::uint64_t& sequence, const Call& call)
 
   const auto deadline = LocalEngine::Clock::now() + timeout;
   // Across processes the local part always works on the replicas' own buffers.
-  const Path path = layout_ ? Path::kDirect
-                            : choose_local_path(def.path_bytes(d), LocalEngine::kStagingBytes,
-                                                facts_);
+  const Path path = layout_
+                        ? Path::kDirect
+                        : choose_local_path(def.path_bytes(d), LocalEngine::kStagingBytes, facts_);
   if (path == Path::kStaged && def.stages(d, first + me)) {
     stage(def, d, engine_.staging(me, parity));
   }

@@ -24,9 +24,8 @@ class Communicator {
   // `num_replicas` local replicas; with `layout` (not owned, may be null for a one-process
   // job) they are replicas layout->rank * num_replicas + 0..num_replicas-1 of a job that
   // spans layout->processes processes.
-  Communicator(int num_replicas, std::chrono::milliseconds timeout,
-               std::chrono::microseconds spin, const MachineFacts& facts,
-               const ProcessLayout* layout = nullptr);
+  Communicator(int num_replicas, std::chrono::milliseconds timeout, std::chrono::microseconds spin,
+               const MachineFacts& facts, const ProcessLayout* layout = nullptr);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -49,8 +48,8 @@ class Communicator {
  private:
   // Memory of one replica's thread, reused by every collective.
   struct Lane {
-    explicit Lane(int n) : scratch(n), in_ptrs(static_cast<std::size_t>(n)),
-                           out_ptrs(static_cast<std::size_t>(n)) {}
+    explicit Lane(int n)
+        : scratch(n), in_ptrs(static_cast<std::size_t>(n)), out_ptrs(static_cast<std::size_t>(n)) {}
     ReduceScratch scratch;
     LaneScratch across;
     std::vector<const void*> in_ptrs;

@@ -35,10 +35,9 @@ std::string describe(const FrameHeader& h) {
   d.count = h.count;
   d.layout = h.layout;
   d.sequence = h.sequence;
-  return d.describe() + (h.num_buffers > 1 ? " [" + std::to_string(h.num_buffers) + " buffers]"
-                                           : std::string());
+  return d.describe() +
+         (h.num_buffers > 1 ? " [" + std::to_string(h.num_buffers) + " buffers]" : std::string());
 }
-
 
 namespace {
 
@@ -125,8 +124,8 @@ const std::byte* check_frames(const Peers& p, const ProcessLayout& layout, LaneS
   }
   if (same) return frames;
   std::vector<std::string> calls;
-  std::string message = "collective #" + std::to_string(header.sequence) +
-                        " does not match across processes: ";
+  std::string message =
+      "collective #" + std::to_string(header.sequence) + " does not match across processes: ";
   for (int q = 0; q < P; ++q) {
     FrameHeader theirs;
     std::memcpy(&theirs, frames + static_cast<std::size_t>(q) * kFrameBytes, sizeof theirs);
@@ -135,8 +134,9 @@ const std::byte* check_frames(const Peers& p, const ProcessLayout& layout, LaneS
     message += (q ? "; " : "") + std::string("process ") + std::to_string(q) + " (" +
                replicas_of(layout, q) + ") called " + call;
   }
-  message += ". Every replica must issue the same collectives in the same order, with the "
-             "same dtype, size, root and reduce op.";
+  message +=
+      ". Every replica must issue the same collectives in the same order, with the "
+      "same dtype, size, root and reduce op.";
   throw CollectiveMismatch(message, header.sequence, std::move(calls));
 }
 

@@ -64,8 +64,7 @@ const std::byte* check_frames(const Peers& p, const ProcessLayout& layout, LaneS
 
 // post_frame then check_frames.
 const std::byte* exchange_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
-                                 Deadline deadline, const void* payload,
-                                 std::size_t payload_bytes);
+                                 Deadline deadline, const void* payload, std::size_t payload_bytes);
 
 // Process `process`'s payload in the frames check_frames returned.
 inline const std::byte* payload_of(const std::byte* frames, int process) {

@@ -14,7 +14,8 @@ void gather(const Peers& p) {
   const std::size_t block = mine.call.input.bytes();
   if (block == 0) return;
   for (int j = 0; j < p.n; ++j) {
-    auto* dst = static_cast<std::byte*>(mine.call.output.data) + static_cast<std::size_t>(j) * block;
+    auto* dst =
+        static_cast<std::byte*>(mine.call.output.data) + static_cast<std::size_t>(j) * block;
     const std::byte* src = p.input_of(j);
     if (dst != src) std::memcpy(dst, src, block);
   }

@@ -13,7 +13,8 @@ namespace {
 
 // bf16 <-> f32 is bit shuffling.
 void to_float_scalar(const bfloat16* in, float* out, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) out[i] = std::bit_cast<float>(std::uint32_t{in[i].bits} << 16);
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = std::bit_cast<float>(std::uint32_t{in[i].bits} << 16);
 }
 
 void from_float_scalar(const float* in, bfloat16* out, std::size_t n) {
@@ -21,8 +22,7 @@ void from_float_scalar(const float* in, bfloat16* out, std::size_t n) {
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx2"))) void to_float_avx2(const bfloat16* in, float* out,
-                                                    std::size_t n) {
+__attribute__((target("avx2"))) void to_float_avx2(const bfloat16* in, float* out, std::size_t n) {
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
@@ -35,7 +35,7 @@ __attribute__((target("avx2"))) void to_float_avx2(const bfloat16* in, float* ou
 // Round to nearest even: add 0x7fff plus the lowest kept bit, keep the top half; NaNs
 // become quiet NaNs (as bfloat16::from_float).
 __attribute__((target("avx2"))) void from_float_avx2(const float* in, bfloat16* out,
-                                                      std::size_t n) {
+                                                     std::size_t n) {
   std::size_t i = 0;
   const __m256i bias = _mm256_set1_epi32(0x7fff);
   const __m256i one = _mm256_set1_epi32(1);
@@ -59,7 +59,7 @@ __attribute__((target("avx2"))) void from_float_avx2(const float* in, bfloat16* 
 const bool kHasAvx2 = __builtin_cpu_supports("avx2");
 
 __attribute__((target("avx,f16c"))) void to_float_f16c(const float16* in, float* out,
-                                                         std::size_t n) {
+                                                       std::size_t n) {
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
@@ -69,7 +69,7 @@ __attribute__((target("avx,f16c"))) void to_float_f16c(const float16* in, float*
 }
 
 __attribute__((target("avx,f16c"))) void from_float_f16c(const float* in, float16* out,
-                                                           std::size_t n) {
+                                                         std::size_t n) {
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);

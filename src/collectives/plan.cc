@@ -25,8 +25,8 @@ AllReducePlan choose_all_reduce(const AllReduceShape& shape, const TransportTrai
           .step_bytes =
               std::clamp(shape.largest_part_bytes, traits.min_step_bytes, traits.max_step_bytes),
           .receives_ahead = traits.receives_ahead,
-          .stream_bytes = traits.streamed_results ? kStreamBytes
-                                                  : std::numeric_limits<std::size_t>::max()};
+          .stream_bytes =
+              traits.streamed_results ? kStreamBytes : std::numeric_limits<std::size_t>::max()};
 }
 
 }  // namespace replicator::detail

@@ -35,15 +35,15 @@ enum class AllReduceAlgorithm : std::uint8_t {
 };
 
 struct AllReduceShape {
-  std::size_t row_bytes = 0;       // one subtree's partials of the slice
-  int max_subtrees = 1;            // most subtrees any process holds
-  int processes = 2;               // P
+  std::size_t row_bytes = 0;           // one subtree's partials of the slice
+  int max_subtrees = 1;                // most subtrees any process holds
+  int processes = 2;                   // P
   std::size_t largest_part_bytes = 0;  // partials of the largest owner part (slice / P)
 };
 
 struct AllReducePlan {
   AllReduceAlgorithm algorithm = AllReduceAlgorithm::kInFrame;
-  std::size_t step_bytes = 0;  // kPipelined: partial bytes per step
+  std::size_t step_bytes = 0;   // kPipelined: partial bytes per step
   bool receives_ahead = false;  // kPipelined: every receive posted first (else a step an exchange)
   // Results of a step this large or more are written past the cache (non-temporal stores).
   std::size_t stream_bytes = std::numeric_limits<std::size_t>::max();

@@ -45,13 +45,13 @@ struct ReduceCall {
   DType dtype = DType::kF32;
   const void* const* inputs = nullptr;
   int n = 0;
-  const int* sizes = nullptr;    // leaf sizes; nullptr: every leaf is one replica
-  bool inputs_partial = false;   // inputs hold accumulators, not elements
+  const int* sizes = nullptr;   // leaf sizes; nullptr: every leaf is one replica
+  bool inputs_partial = false;  // inputs hold accumulators, not elements
   void* const* outputs = nullptr;
   int num_outputs = 0;
   bool outputs_partial = false;  // write accumulators: no division, no rounding
   std::size_t count = 0;
-  std::size_t divisor = 1;       // kMean divides by this (the total replica count)
+  std::size_t divisor = 1;  // kMean divides by this (the total replica count)
   // Write the outputs past the cache (non-temporal stores; fenced before the call returns).
   // For large results that another process copies straight out of this one's memory: a
   // result kept in this core's cache is read from there by the peer, and writing the same

@@ -34,8 +34,8 @@ std::string name_of(const Call& call) { return std::string(definition(call.kind)
 
 void check_root(const Call& call, int n) {
   require(call.root >= 0 && call.root < n, [&] {
-    return name_of(call) + ": root must be a replica id in [0, " + std::to_string(n) +
-           "), got " + std::to_string(call.root);
+    return name_of(call) + ": root must be a replica id in [0, " + std::to_string(n) + "), got " +
+           std::to_string(call.root);
   });
 }
 
@@ -71,8 +71,8 @@ void describe_input_output(const Call& call, Descriptor& d) {
   check_buffer(in, [&] { return name_of(call) + " input"; });
   check_buffer(out, [&] { return name_of(call) + " output"; });
   require(in.dtype == out.dtype, [&] {
-    return name_of(call) + ": input is " + std::string(to_string(in.dtype)) +
-           " but output is " + std::string(to_string(out.dtype));
+    return name_of(call) + ": input is " + std::string(to_string(in.dtype)) + " but output is " +
+           std::string(to_string(out.dtype));
   });
   d.dtype = in.dtype;
   d.count = in.count;
@@ -85,11 +85,12 @@ void check_gathered_output(const Call& call, int me, int n) {
   const Buffer& out = call.output;
   const auto un = static_cast<std::uint64_t>(n);
   require(out.count == in.count * un, [&] {
-    return name_of(call) + ": output must hold input.size() * num_replicas() = " +
-           std::to_string(in.count * un) + " elements, got " + std::to_string(out.count);
+    return name_of(call) +
+           ": output must hold input.size() * num_replicas() = " + std::to_string(in.count * un) +
+           " elements, got " + std::to_string(out.count);
   });
-  const bool in_place_block =
-      in.data == static_cast<const std::byte*>(out.data) + static_cast<std::size_t>(me) * in.bytes();
+  const bool in_place_block = in.data == static_cast<const std::byte*>(out.data) +
+                                             static_cast<std::size_t>(me) * in.bytes();
   require(!overlaps(in, out) || in_place_block, [&] {
     return name_of(call) + ": input overlaps output other than as exactly block " +
            std::to_string(me) + " (this replica's own block) of it";
@@ -233,26 +234,33 @@ constexpr OpTraits kReduceScatterTraits{.name = "reduce_scatter", .shows_op = tr
 constexpr OpTraits kBroadcastTraits{.name = "broadcast", .shows_root = true};
 constexpr OpTraits kGatherTraits{.name = "gather", .shows_root = true};
 
+constexpr OpTraits kBarrierTraits{.name = "barrier", .shows_shape = false};
+constexpr OpTraits kEndStepTraits{.name = "end of step", .phrase = "return from the step function"};
+
+// One row per collective, in OpKind order: traits, describe, in place, path bytes, stages,
+// in one process, across processes, one replica.
+// clang-format off
 const CollectiveDef kTable[] = {
-    {kAllReduceTraits, describe_all_reduce, true, packed_bytes, always, all_reduce,
-     all_reduce_across, single_nothing},
-    {{.name = "all_gather"}, describe_all_gather, false, input_bytes, always, all_gather,
-     all_gather_across, single_copy},
-    {kBroadcastTraits, describe_broadcast, true, packed_bytes, at_root, broadcast,
-     broadcast_across, single_nothing},
-    {kReduceScatterTraits, describe_reduce_scatter, false, input_bytes, always, reduce_scatter,
-     reduce_scatter_across, single_reduce_scatter},
-    {{.name = "all_to_all"}, describe_all_to_all, false, input_bytes, always, all_to_all,
-     all_to_all_across, single_copy},
+    {kAllReduceTraits, describe_all_reduce, true, packed_bytes, always,
+     all_reduce, all_reduce_across, single_nothing},
+    {{.name = "all_gather"}, describe_all_gather, false, input_bytes, always,
+     all_gather, all_gather_across, single_copy},
+    {kBroadcastTraits, describe_broadcast, true, packed_bytes, at_root,
+     broadcast, broadcast_across, single_nothing},
+    {kReduceScatterTraits, describe_reduce_scatter, false, input_bytes, always,
+     reduce_scatter, reduce_scatter_across, single_reduce_scatter},
+    {{.name = "all_to_all"}, describe_all_to_all, false, input_bytes, always,
+     all_to_all, all_to_all_across, single_copy},
     {{.name = "permute", .shows_pairs = true}, describe_permute, false, input_bytes, always,
      permute, permute_across, single_permute},
-    {kGatherTraits, describe_gather, false, input_bytes, always, gather, gather_across,
-     single_copy},
-    {{.name = "barrier", .shows_shape = false}, describe_nothing, false, no_bytes, never,
+    {kGatherTraits, describe_gather, false, input_bytes, always,
+     gather, gather_across, single_copy},
+    {kBarrierTraits, describe_nothing, false, no_bytes, never,
      nullptr, frames_only_across, single_nothing},
-    {{.name = "end of step", .phrase = "return from the step function"}, describe_nothing,
-     false, no_bytes, never, nullptr, frames_only_across, single_nothing},
+    {kEndStepTraits, describe_nothing, false, no_bytes, never,
+     nullptr, frames_only_across, single_nothing},
 };
+// clang-format on
 static_assert(std::size(kTable) == static_cast<std::size_t>(OpKind::kCount),
               "one table entry per OpKind, in order");
 

@@ -47,9 +47,10 @@ void check_match(int first, int me, std::span<const Descriptor* const> calls) {
                described[j];
     j = k + 1;
   }
-  message += ". Every replica must issue the same collectives in the same order, with the "
-             "same dtype, size, root and reduce op (seen by replica " +
-             std::to_string(me) + ").";
+  message +=
+      ". Every replica must issue the same collectives in the same order, with the "
+      "same dtype, size, root and reduce op (seen by replica " +
+      std::to_string(me) + ").";
   throw CollectiveMismatch(message, d.sequence, std::move(described));
 }
 

@@ -19,11 +19,11 @@ namespace replicator::detail {
 // How a collective names itself in messages: "all_reduce(f32 x 1024, op=sum)".
 struct OpTraits {
   std::string_view name;
-  bool shows_shape = true;  // "(dtype x count ...)"
-  bool shows_op = false;    // ", op=sum"
-  bool shows_root = false;  // ", root=0"
-  bool shows_pairs = false; // ", 2 pairs #hash"
-  std::string_view phrase;  // when set, the whole description (e.g. the end of a step)
+  bool shows_shape = true;   // "(dtype x count ...)"
+  bool shows_op = false;     // ", op=sum"
+  bool shows_root = false;   // ", root=0"
+  bool shows_pairs = false;  // ", 2 pairs #hash"
+  std::string_view phrase;   // when set, the whole description (e.g. the end of a step)
 };
 
 struct alignas(64) Descriptor {

@@ -61,7 +61,8 @@ class Waiter {
         return false;
       }
       // Park at most 100 ms at a time so a deadline is never overslept by much.
-      futex_wait(&epoch_, seen, std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(100)));
+      futex_wait(&epoch_, seen,
+                 std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(100)));
       sleepers_.fetch_sub(1, std::memory_order_seq_cst);
       if (done()) return true;
     }

@@ -26,15 +26,15 @@
 namespace replicator::detail {
 
 struct SendOp {
-  int peer;            // process rank
+  int peer;  // process rank
   const void* data;
   std::size_t bytes;
 };
 
 struct RecvOp {
-  int peer;            // process rank
+  int peer;  // process rank
   void* data;
-  std::size_t bytes;   // must equal what the peer sends
+  std::size_t bytes;  // must equal what the peer sends
 };
 
 // What a transport is like: facts the chooser (src/collectives/plan.h) plans from.
@@ -77,11 +77,12 @@ class Transport {
   // on one lane are delivered in the order they were posted: the k-th message one process
   // sends to another on a lane lands in the k-th receive the other posted from it. Sizes must
   // match the peer's (a send may be shorter than its receive where traits().receives_shorter); a
-  // mismatch is an error of the caller (the algorithms exchange headers first). Send buffers are read and receive buffers written until a wait() covering the
-  // ticket returns, or until the call that reports a failure of the transport throws (every
-  // message of the lane is abandoned then; OpenMPI cannot cancel a send that a peer has not
-  // taken, see mpi_transport.h). Throws InvalidArgument (lane or peer out of range), Aborted
-  // (poisoned), PeerLost or Error (posting failed; poisons).
+  // mismatch is an error of the caller (the algorithms exchange headers first). Send buffers are
+  // read and receive buffers written until a wait() covering the ticket returns, or until the call
+  // that reports a failure of the transport throws (every message of the lane is abandoned then;
+  // OpenMPI cannot cancel a send that a peer has not taken, see mpi_transport.h). Throws
+  // InvalidArgument (lane or peer out of range), Aborted (poisoned), PeerLost or Error (posting
+  // failed; poisons).
   virtual Ticket post(int lane, std::span<const SendOp> sends, std::span<const RecvOp> recvs) = 0;
 
   // Blocks until every message posted on `lane` with a ticket up to `ticket` has completed

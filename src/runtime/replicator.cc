@@ -86,7 +86,7 @@ int Replicator::num_local_replicas() const { return config_.local_replicas; }
 void Replicator::run_erased(detail::StepRef step) {
   if (!broken_.empty()) {
     throw Aborted("this job can no longer run: an earlier run failed (" + broken_ +
-                  "); restart all its processes",
+                      "); restart all its processes",
                   std::nullopt);
   }
   try {

@@ -70,11 +70,14 @@ void WorkerPool::loop(int local) {
       comm_.fail(id, e.what());
     } catch (const std::exception& e) {
       const std::string what = "replica " + std::to_string(id) + " failed: " + e.what();
-      record_failure(local, std::make_exception_ptr(ReplicaFailed(what, id, std::current_exception())));
+      record_failure(local,
+                     std::make_exception_ptr(ReplicaFailed(what, id, std::current_exception())));
       comm_.fail(id, e.what());
     } catch (...) {
-      const std::string what = "replica " + std::to_string(id) + " failed with a non-standard exception";
-      record_failure(local, std::make_exception_ptr(ReplicaFailed(what, id, std::current_exception())));
+      const std::string what =
+          "replica " + std::to_string(id) + " failed with a non-standard exception";
+      record_failure(local,
+                     std::make_exception_ptr(ReplicaFailed(what, id, std::current_exception())));
       comm_.fail(id, what);
     }
     if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) futex_wake_all(&remaining_);

@@ -81,7 +81,8 @@ Moments local_moments(const ::torch::Tensor& x) {
   if (fast(x)) {
     // Sums shifted by each channel's first value, so that a large mean does not cancel.
     const detail::Shape shape = shape_of(x);
-    const ::torch::Tensor shift = x.view({shape.n, shape.c, shape.s}).select(0, 0).select(1, 0).contiguous();
+    const ::torch::Tensor shift =
+        x.view({shape.n, shape.c, shape.s}).select(0, 0).select(1, 0).contiguous();
     ::torch::Tensor sum = ::torch::empty({channels}, x.options().dtype(::torch::kFloat64));
     ::torch::Tensor sumsq = ::torch::empty_like(sum);
     detail::shifted_channel_sums(x.data_ptr<float>(), shape, shift.data_ptr<float>(),
@@ -114,9 +115,10 @@ Statistics global_statistics(ReplicaContext* ctx, const ::torch::Tensor& x) {
   Statistics s;
   s.count = sums[3 * channels].item<double>();
   if (s.count <= 1) {
-    throw InvalidArgument("CrossReplicaBatchNorm: training needs more than one value per "
-                          "channel over all replicas, got input of shape " +
-                          c10::str(x.sizes()));
+    throw InvalidArgument(
+        "CrossReplicaBatchNorm: training needs more than one value per "
+        "channel over all replicas, got input of shape " +
+        c10::str(x.sizes()));
   }
   s.mean = sums.narrow(0, 0, channels) / s.count;
   const ::torch::Tensor between =
@@ -253,11 +255,10 @@ template <int Dims, typename Derived>
 ::torch::Tensor CrossReplicaBatchNormImplBase<Dims, Derived>::forward(const ::torch::Tensor& x) {
   const bool rank_ok = Dims == 1 ? (x.dim() == 2 || x.dim() == 3) : x.dim() == 4;
   if (!rank_ok || x.size(1) != options.num_features()) {
-    throw InvalidArgument(std::string("CrossReplicaBatchNorm") + std::to_string(Dims) +
-                          "d: expected input of shape " +
-                          (Dims == 1 ? "[N, C] or [N, C, L]" : "[N, C, H, W]") + " with C = " +
-                          std::to_string(options.num_features()) + ", got " +
-                          c10::str(x.sizes()));
+    throw InvalidArgument(
+        std::string("CrossReplicaBatchNorm") + std::to_string(Dims) +
+        "d: expected input of shape " + (Dims == 1 ? "[N, C] or [N, C, L]" : "[N, C, H, W]") +
+        " with C = " + std::to_string(options.num_features()) + ", got " + c10::str(x.sizes()));
   }
   const bool use_running = !this->is_training() && options.track_running_stats();
   if (use_running) {

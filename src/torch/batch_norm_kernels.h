@@ -16,8 +16,7 @@ void shifted_channel_sums(const float* x, Shape shape, const float* shift, doubl
                           double* sumsq);
 
 // y = x·scale[c] + offset[c].
-void channel_affine(const float* x, Shape shape, const float* scale, const float* offset,
-                    float* y);
+void channel_affine(const float* x, Shape shape, const float* scale, const float* offset, float* y);
 
 // sum_dy[c] = Σ dy, sum_dy_centered[c] = Σ dy·(x − center[c]).
 void gradient_sums(const float* dy, const float* x, Shape shape, const float* center,

@@ -1,8 +1,8 @@
 #include "replicator/torch/checkpoint.h"
 
 #include <fcntl.h>
-#include <unistd.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -19,7 +19,8 @@ void write_all(int fd, const std::string& bytes, const std::string& path) {
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw DataError("cannot write checkpoint " + path + ": " + std::strerror(errno), path);
+    if (n < 0)
+      throw DataError("cannot write checkpoint " + path + ": " + std::strerror(errno), path);
     done += static_cast<std::size_t>(n);
   }
 }
@@ -78,11 +79,10 @@ void check_fits(const ::torch::nn::Module& module, ::torch::serialize::InputArch
                       path.string());
     }
     if (stored.sizes() != tensor.sizes() || stored.scalar_type() != tensor.scalar_type()) {
-      throw DataError("checkpoint " + path.string() + " does not fit the model: " + prefix +
-                          name + " is " + c10::toString(stored.scalar_type()) +
-                          c10::str(stored.sizes()) + " in the checkpoint and " +
-                          c10::toString(tensor.scalar_type()) + c10::str(tensor.sizes()) +
-                          " in the model",
+      throw DataError("checkpoint " + path.string() + " does not fit the model: " + prefix + name +
+                          " is " + c10::toString(stored.scalar_type()) + c10::str(stored.sizes()) +
+                          " in the checkpoint and " + c10::toString(tensor.scalar_type()) +
+                          c10::str(tensor.sizes()) + " in the model",
                       path.string());
     }
   };
@@ -149,8 +149,8 @@ TrainingPosition load_checkpoint(const std::filesystem::path& path, ::torch::nn:
     const std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(rng);
   } catch (const c10::Error& e) {
-    throw DataError("checkpoint " + path.string() + " is corrupt or does not fit the model: " +
-                        e.what_without_backtrace(),
+    throw DataError("checkpoint " + path.string() +
+                        " is corrupt or does not fit the model: " + e.what_without_backtrace(),
                     path.string());
   }
   return position;

@@ -162,7 +162,8 @@ GradientReducer::GradientReducer(ReplicaContext& ctx, std::vector<::torch::Tenso
   std::vector<c10::ScalarType> group_types;
   for (std::size_t p = 0; p < params.size(); ++p) {
     const c10::ScalarType type = params[p].scalar_type();
-    const std::size_t bytes = static_cast<std::size_t>(params[p].numel()) * params[p].element_size();
+    const std::size_t bytes =
+        static_cast<std::size_t>(params[p].numel()) * params[p].element_size();
     auto it = std::find_if(open.begin(), open.end(), [&](const Open& o) { return o.type == type; });
     if (it != open.end() && it->bytes + bytes > options.bucket_bytes) {
       groups.push_back(std::move(it->members));
@@ -242,7 +243,6 @@ std::vector<::torch::Tensor> parameters_of(const ::torch::optim::Optimizer& opti
 ReplicatedOptimizer::ReplicatedOptimizer(ReplicaContext& ctx,
                                          std::shared_ptr<::torch::optim::Optimizer> optimizer,
                                          GradientOptions options)
-    : optimizer_(std::move(optimizer)),
-      reducer_(ctx, parameters_of(*optimizer_), options) {}
+    : optimizer_(std::move(optimizer)), reducer_(ctx, parameters_of(*optimizer_), options) {}
 
 }  // namespace replicator::torch

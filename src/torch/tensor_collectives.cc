@@ -68,21 +68,6 @@ class Staged {
   std::vector<std::pair<::torch::Tensor, ::torch::Tensor>> copies_;
 };
 
-// Calls `f` with `b` as a typed span (the core's non-fused collectives take ranges).
-template <typename F>
-decltype(auto) with_span(const Buffer& b, F&& f) {
-  switch (b.dtype) {
-    case DType::kF32: return f(std::span(static_cast<float*>(b.data), b.count));
-    case DType::kF64: return f(std::span(static_cast<double*>(b.data), b.count));
-    case DType::kBF16: return f(std::span(static_cast<bfloat16*>(b.data), b.count));
-    case DType::kF16: return f(std::span(static_cast<float16*>(b.data), b.count));
-    case DType::kI32: return f(std::span(static_cast<std::int32_t*>(b.data), b.count));
-    case DType::kI64: return f(std::span(static_cast<std::int64_t*>(b.data), b.count));
-    case DType::kU8: return f(std::span(static_cast<std::uint8_t*>(b.data), b.count));
-  }
-  throw InvalidArgument("unknown dtype");
-}
-
 // Shape of [R, *shape] or of `shape` with dim 0 scaled.
 std::vector<std::int64_t> sizes_of(const ::torch::Tensor& t) {
   return std::vector<std::int64_t>(t.sizes().begin(), t.sizes().end());
@@ -91,8 +76,7 @@ std::vector<std::int64_t> sizes_of(const ::torch::Tensor& t) {
 std::int64_t rows_per_replica(const ::torch::Tensor& t, int replicas, const char* op) {
   if (t.dim() == 0 || t.size(0) % replicas != 0) {
     throw InvalidArgument(std::string(op) + ": dim 0 must be a multiple of num_replicas() = " +
-                          std::to_string(replicas) + ", got shape " +
-                          c10::str(t.sizes()));
+                          std::to_string(replicas) + ", got shape " + c10::str(t.sizes()));
   }
   return t.size(0) / replicas;
 }
@@ -101,13 +85,20 @@ std::int64_t rows_per_replica(const ::torch::Tensor& t, int replicas, const char
 
 DType dtype_of(c10::ScalarType type) {
   switch (type) {
-    case c10::ScalarType::Float: return DType::kF32;
-    case c10::ScalarType::Double: return DType::kF64;
-    case c10::ScalarType::BFloat16: return DType::kBF16;
-    case c10::ScalarType::Half: return DType::kF16;
-    case c10::ScalarType::Int: return DType::kI32;
-    case c10::ScalarType::Long: return DType::kI64;
-    case c10::ScalarType::Byte: return DType::kU8;
+    case c10::ScalarType::Float:
+      return DType::kF32;
+    case c10::ScalarType::Double:
+      return DType::kF64;
+    case c10::ScalarType::BFloat16:
+      return DType::kBF16;
+    case c10::ScalarType::Half:
+      return DType::kF16;
+    case c10::ScalarType::Int:
+      return DType::kI32;
+    case c10::ScalarType::Long:
+      return DType::kI64;
+    case c10::ScalarType::Byte:
+      return DType::kU8;
     default:
       throw InvalidArgument(std::string("tensor dtype ") + c10::toString(type) +
                             " is not supported by replicator collectives (float32, float64, "
@@ -142,21 +133,26 @@ void broadcast(ReplicaContext& ctx, const std::vector<::torch::Tensor>& tensors,
   staged.write_back();
 }
 
+// A fresh contiguous tensor of `shape` (in's dtype) that `collective(input, output, options)`
+// fills from `in`; options carry the shape signature.
+template <typename Options, typename Collective>
+::torch::Tensor into_new(const ::torch::Tensor& in, const std::vector<std::int64_t>& shape,
+                         Options options, Collective&& collective) {
+  ::torch::Tensor out = ::torch::empty(shape, in.options());
+  options.signature = shape_signature({in}, options.signature);
+  collective(buffer_of(in), buffer_of(out), options);
+  return out;
+}
+
 ::torch::Tensor all_gather(ReplicaContext& ctx, const ::torch::Tensor& tensor,
                            const CollectiveOptions& options) {
   require_cpu(tensor, "all_gather");
   const ::torch::Tensor in = tensor.contiguous();
   std::vector<std::int64_t> shape = sizes_of(in);
   shape.insert(shape.begin(), ctx.num_replicas());
-  ::torch::Tensor out = ::torch::empty(shape, in.options());
-  CollectiveOptions o = options;
-  o.signature = shape_signature({in}, options.signature);
-  const Buffer out_buffer = buffer_of(out);
-  with_span(buffer_of(in), [&](auto input) {
-    using T = typename decltype(input)::element_type;
-    ctx.all_gather(input, std::span(static_cast<T*>(out_buffer.data), out_buffer.count), o);
+  return into_new(in, shape, options, [&](Buffer i, Buffer o, const CollectiveOptions& opt) {
+    ctx.all_gather(i, o, opt);
   });
-  return out;
 }
 
 ::torch::Tensor reduce_scatter(ReplicaContext& ctx, const ::torch::Tensor& tensor,
@@ -166,15 +162,9 @@ void broadcast(ReplicaContext& ctx, const std::vector<::torch::Tensor>& tensors,
   const ::torch::Tensor in = tensor.contiguous();
   std::vector<std::int64_t> shape = sizes_of(in);
   shape[0] = rows;
-  ::torch::Tensor out = ::torch::empty(shape, in.options());
-  ReduceOptions o = options;
-  o.signature = shape_signature({in}, options.signature);
-  const Buffer out_buffer = buffer_of(out);
-  with_span(buffer_of(in), [&](auto input) {
-    using T = typename decltype(input)::element_type;
-    ctx.reduce_scatter(input, std::span(static_cast<T*>(out_buffer.data), out_buffer.count), o);
+  return into_new(in, shape, options, [&](Buffer i, Buffer o, const ReduceOptions& opt) {
+    ctx.reduce_scatter(i, o, opt);
   });
-  return out;
 }
 
 ::torch::Tensor all_to_all(ReplicaContext& ctx, const ::torch::Tensor& tensor,
@@ -182,15 +172,9 @@ void broadcast(ReplicaContext& ctx, const std::vector<::torch::Tensor>& tensors,
   require_cpu(tensor, "all_to_all");
   rows_per_replica(tensor, ctx.num_replicas(), "all_to_all");
   const ::torch::Tensor in = tensor.contiguous();
-  ::torch::Tensor out = ::torch::empty_like(in, ::torch::MemoryFormat::Contiguous);
-  CollectiveOptions o = options;
-  o.signature = shape_signature({in}, options.signature);
-  const Buffer out_buffer = buffer_of(out);
-  with_span(buffer_of(in), [&](auto input) {
-    using T = typename decltype(input)::element_type;
-    ctx.all_to_all(input, std::span(static_cast<T*>(out_buffer.data), out_buffer.count), o);
+  return into_new(in, sizes_of(in), options, [&](Buffer i, Buffer o, const CollectiveOptions& opt) {
+    ctx.all_to_all(i, o, opt);
   });
-  return out;
 }
 
 void broadcast_parameters(ReplicaContext& ctx, ::torch::nn::Module& module,

@@ -31,9 +31,9 @@ namespace replicator::torch {
 struct GradientOptions {
   std::size_t bucket_bytes = std::size_t{25} << 20;  // a parameter larger than this gets
                                                      // a bucket of its own
-  bool overlap = true;              // reduce buckets from within backward when complete
-  ReduceOp op = ReduceOp::kMean;    // kSum for losses summed (not averaged) over replicas
-  Deadline timeout;                 // per bucket collective
+  bool overlap = true;            // reduce buckets from within backward when complete
+  ReduceOp op = ReduceOp::kMean;  // kSum for losses summed (not averaged) over replicas
+  Deadline timeout;               // per bucket collective
 };
 
 class GradientReducer {

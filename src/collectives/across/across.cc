@@ -24,17 +24,16 @@ auto on_transport(const ProcessLayout& layout, const Descriptor& d, Fn&& call) {
       names += (names.empty() ? "" : ", ") + std::string("process ") + std::to_string(process) +
                " (" + replicas_of(layout, process) + ")";
     }
-    throw Timeout(std::string(d.name()) + " #" + std::to_string(d.sequence) + " (" +
-                      d.describe() + ") timed out after " +
-                      std::to_string(e.deadline().count()) + " ms waiting for " + names +
+    throw Timeout(std::string(d.name()) + " #" + std::to_string(d.sequence) + " (" + d.describe() +
+                      ") timed out after " + std::to_string(e.deadline().count()) +
+                      " ms waiting for " + names +
                       ". Check that every replica issues the same collectives, or raise the "
                       "timeout.",
                   std::string(d.name()), d.sequence, e.deadline(), std::move(missing));
   } catch (const PeerLost& e) {
     throw PeerLost("lost process " + std::to_string(e.peer()) + " (" +
-                       replicas_of(layout, e.peer()) + ") during " +
-                       std::string(d.name()) + " #" + std::to_string(d.sequence) + ": " +
-                       e.what(),
+                       replicas_of(layout, e.peer()) + ") during " + std::string(d.name()) + " #" +
+                       std::to_string(d.sequence) + ": " + e.what(),
                    e.peer());
   }
 }
@@ -48,8 +47,7 @@ std::string replicas_of(const ProcessLayout& layout, int process) {
 }
 
 void exchange(const ProcessLayout& layout, int lane, std::span<const SendOp> sends,
-              std::span<const RecvOp> recvs, Deadline deadline,
-              const Descriptor& d) {
+              std::span<const RecvOp> recvs, Deadline deadline, const Descriptor& d) {
   on_transport(layout, d, [&](Transport& t) { t.exchange(lane, sends, recvs, deadline); });
 }
 
@@ -58,29 +56,28 @@ Transport::Ticket post(const ProcessLayout& layout, int lane, std::span<const Se
   return on_transport(layout, d, [&](Transport& t) { return t.post(lane, sends, recvs); });
 }
 
-void wait(const ProcessLayout& layout, int lane, Transport::Ticket ticket,
-          Deadline deadline, const Descriptor& d) {
+void wait(const ProcessLayout& layout, int lane, Transport::Ticket ticket, Deadline deadline,
+          const Descriptor& d) {
   on_transport(layout, d, [&](Transport& t) { t.wait(lane, ticket, deadline); });
 }
 
 // Bytes of [begin, end) as accumulators (op) or as elements.
-std::size_t partial_bytes(std::span<const Buffer> buffers, std::uint64_t begin,
-                          std::uint64_t end, ReduceOp op) {
+std::size_t partial_bytes(std::span<const Buffer> buffers, std::uint64_t begin, std::uint64_t end,
+                          ReduceOp op) {
   std::size_t bytes = 0;
-  for_each_piece(buffers, begin, end, [&](std::size_t i, std::uint64_t, std::uint64_t len,
-                                          std::uint64_t) {
-    bytes += len * partial_size(buffers[i].dtype, op);
-  });
+  for_each_piece(buffers, begin, end,
+                 [&](std::size_t i, std::uint64_t, std::uint64_t len, std::uint64_t) {
+                   bytes += len * partial_size(buffers[i].dtype, op);
+                 });
   return bytes;
 }
 
-std::size_t element_bytes(std::span<const Buffer> buffers, std::uint64_t begin,
-                          std::uint64_t end) {
+std::size_t element_bytes(std::span<const Buffer> buffers, std::uint64_t begin, std::uint64_t end) {
   std::size_t bytes = 0;
-  for_each_piece(buffers, begin, end, [&](std::size_t i, std::uint64_t, std::uint64_t len,
-                                          std::uint64_t) {
-    bytes += len * dtype_size(buffers[i].dtype);
-  });
+  for_each_piece(buffers, begin, end,
+                 [&](std::size_t i, std::uint64_t, std::uint64_t len, std::uint64_t) {
+                   bytes += len * dtype_size(buffers[i].dtype);
+                 });
   return bytes;
 }
 

@@ -44,10 +44,10 @@ std::vector<Subtree> canonical_subtrees(int begin, int end);
 // Shared by the local threads of one process.
 struct ProcessLayout {
   Transport* transport = nullptr;
-  TransportTraits traits;   // transport->traits(), read once
-  int rank = 0;             // this process
-  int processes = 1;        // P
-  int local = 1;            // L
+  TransportTraits traits;                      // transport->traits(), read once
+  int rank = 0;                                // this process
+  int processes = 1;                           // P
+  int local = 1;                               // L
   std::vector<std::vector<Subtree>> subtrees;  // per process
   int max_subtrees = 1;
 
@@ -64,7 +64,7 @@ struct LaneScratch {
   std::vector<const void*> inputs;
   std::vector<void*> outputs;
   std::vector<int> sizes;
-  std::vector<std::byte*> rows;  // this process's partial rows, by subtree
+  std::vector<std::byte*> rows;            // this process's partial rows, by subtree
   std::vector<Transport::Ticket> tickets;  // of the receives of each pipeline step
 
   std::byte* reserve(std::size_t bytes);  // arena of at least `bytes`
@@ -76,25 +76,15 @@ struct LaneScratch {
 void cross_process(const Peers& peers, const ProcessLayout& layout, LaneScratch& lane,
                    Transport::Clock::time_point deadline);
 
-// The algorithms across processes (one file each); `deadline` bounds every wait.
+// The algorithms across processes (one file each): replica p.me's part on its lane;
+// `deadline` bounds every wait.
 using Deadline = Transport::Clock::time_point;
-void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
-                       Deadline deadline);
-void all_gather_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
-                       Deadline deadline);
-void broadcast_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
-                      Deadline deadline);
-void reduce_scatter_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
-                           Deadline deadline);
-void all_to_all_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
-                       Deadline deadline);
-void permute_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
-                    Deadline deadline);
-void gather_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
-                   Deadline deadline);
+using AcrossAlgorithm = void(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                             Deadline deadline);
+AcrossAlgorithm all_reduce_across, all_gather_across, broadcast_across, reduce_scatter_across,
+    all_to_all_across, permute_across, gather_across;
 // Barrier and the end of a step: the frames alone.
-void frames_only_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
-                        Deadline deadline);
+AcrossAlgorithm frames_only_across;
 
 // ---- what the algorithms share ----------------------------------------------------------
 
@@ -124,10 +114,9 @@ void for_each_piece(std::span<const Buffer> buffers, std::uint64_t begin, std::u
 }
 
 // Bytes of [begin, end) as accumulators (op) or as elements.
-std::size_t partial_bytes(std::span<const Buffer> buffers, std::uint64_t begin,
-                          std::uint64_t end, ReduceOp op);
-std::size_t element_bytes(std::span<const Buffer> buffers, std::uint64_t begin,
-                          std::uint64_t end);
+std::size_t partial_bytes(std::span<const Buffer> buffers, std::uint64_t begin, std::uint64_t end,
+                          ReduceOp op);
+std::size_t element_bytes(std::span<const Buffer> buffers, std::uint64_t begin, std::uint64_t end);
 inline std::byte* element(const Buffer& b, std::uint64_t offset) {
   return static_cast<std::byte*>(b.data) + offset * dtype_size(b.dtype);
 }

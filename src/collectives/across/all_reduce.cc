@@ -70,24 +70,24 @@ void SliceReduce::reduce_partials(bool rows_in_arena, std::size_t received_bytes
     }
     lane.rows[b] = arena + b * row;
     std::size_t offset = 0;
-    for_each_piece(buffers, lo, hi, [&](std::size_t i, std::uint64_t at, std::uint64_t len,
-                                        std::uint64_t) {
-      lane.inputs.clear();
-      for (int r = mine[b].first; r < mine[b].first + mine[b].size; ++r) {
-        lane.inputs.push_back(element(p.of(r - first_local).call.buffers[i], at));
-      }
-      void* out = lane.rows[b] + offset;
-      tree_reduce({.op = op,
-                   .dtype = buffers[i].dtype,
-                   .inputs = lane.inputs.data(),
-                   .n = mine[b].size,
-                   .outputs = &out,
-                   .num_outputs = 1,
-                   .outputs_partial = true,
-                   .count = len},
-                  *p.scratch);
-      offset += len * partial_size(buffers[i].dtype, op);
-    });
+    for_each_piece(buffers, lo, hi,
+                   [&](std::size_t i, std::uint64_t at, std::uint64_t len, std::uint64_t) {
+                     lane.inputs.clear();
+                     for (int r = mine[b].first; r < mine[b].first + mine[b].size; ++r) {
+                       lane.inputs.push_back(element(p.of(r - first_local).call.buffers[i], at));
+                     }
+                     void* out = lane.rows[b] + offset;
+                     tree_reduce({.op = op,
+                                  .dtype = buffers[i].dtype,
+                                  .inputs = lane.inputs.data(),
+                                  .n = mine[b].size,
+                                  .outputs = &out,
+                                  .num_outputs = 1,
+                                  .outputs_partial = true,
+                                  .count = len},
+                                 *p.scratch);
+                     offset += len * partial_size(buffers[i].dtype, op);
+                   });
   }
 }
 
@@ -103,16 +103,19 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
   SliceReduce s(p, layout, lane);
   const std::uint64_t largest_part =
       (s.hi - s.lo + static_cast<std::uint64_t>(s.P) - 1) / static_cast<std::uint64_t>(s.P);
-  const AllReducePlan plan = choose_all_reduce(
-      {.row_bytes = s.row,
-       .max_subtrees = layout.max_subtrees,
-       .processes = s.P,
-       .largest_part_bytes = largest_part * partial_size(s.d.dtype, s.op)},
-      layout.traits);
+  const AllReducePlan plan =
+      choose_all_reduce({.row_bytes = s.row,
+                         .max_subtrees = layout.max_subtrees,
+                         .processes = s.P,
+                         .largest_part_bytes = largest_part * partial_size(s.d.dtype, s.op)},
+                        layout.traits);
   switch (plan.algorithm) {
-    case AllReduceAlgorithm::kInFrame: return all_reduce_in_frame(s, deadline);
-    case AllReduceAlgorithm::kGathered: return all_reduce_gathered(s, deadline);
-    case AllReduceAlgorithm::kPipelined: return all_reduce_pipelined(s, plan, deadline);
+    case AllReduceAlgorithm::kInFrame:
+      return all_reduce_in_frame(s, deadline);
+    case AllReduceAlgorithm::kGathered:
+      return all_reduce_gathered(s, deadline);
+    case AllReduceAlgorithm::kPipelined:
+      return all_reduce_pipelined(s, plan, deadline);
   }
 }
 

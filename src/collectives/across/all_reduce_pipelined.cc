@@ -78,8 +78,7 @@ void all_reduce_pipelined(SliceReduce& s, const AllReducePlan& plan, Deadline de
     return s.received + s.row_index(q, t) * received_row_bytes;
   };
   // Results: into local buffer 0 (one buffer) or the result row (several).
-  std::byte* const results =
-      single ? element(p.of(0).call.buffers[seg], lo - seg_base) : result;
+  std::byte* const results = single ? element(p.of(0).call.buffers[seg], lo - seg_base) : result;
 
   // My partials of chunk `step` of q's part, my result of chunk `step` of my part, to q; q's
   // partials of chunk `step` of my part, q's result of chunk `step` of its part.
@@ -88,7 +87,8 @@ void all_reduce_pipelined(SliceReduce& s, const AllReducePlan& plan, Deadline de
     if (cb <= ca) return;
     const std::size_t off = partial_bytes(buffers, lo, ca, op);
     const std::size_t bytes = partial_bytes(buffers, ca, cb, op);
-    for (std::size_t t = 0; t < mine.size(); ++t) lane.sends.push_back({q, lane.rows[t] + off, bytes});
+    for (std::size_t t = 0; t < mine.size(); ++t)
+      lane.sends.push_back({q, lane.rows[t] + off, bytes});
   };
   const auto send_result = [&](int q, std::uint64_t step) {
     const auto [ma, mb] = chunk(rank, step);
@@ -192,8 +192,7 @@ void all_reduce_pipelined(SliceReduce& s, const AllReducePlan& plan, Deadline de
       const auto [a, b] = part(q);
       for (int l = 1; l < layout.local; ++l) {
         std::memcpy(element(p.of(l).call.buffers[seg], a - seg_base),
-                    element(p.of(0).call.buffers[seg], a - seg_base),
-                    element_bytes(buffers, a, b));
+                    element(p.of(0).call.buffers[seg], a - seg_base), element_bytes(buffers, a, b));
       }
     }
     return;
@@ -201,14 +200,14 @@ void all_reduce_pipelined(SliceReduce& s, const AllReducePlan& plan, Deadline de
 
   // (4) The slice's result into every local buffer.
   std::size_t offset = 0;
-  for_each_piece(buffers, lo, hi, [&](std::size_t i, std::uint64_t at, std::uint64_t len,
-                                      std::uint64_t) {
-    const std::size_t bytes = len * dtype_size(buffers[i].dtype);
-    for (int l = 0; l < layout.local; ++l) {
-      std::memcpy(element(p.of(l).call.buffers[i], at), result + offset, bytes);
-    }
-    offset += bytes;
-  });
+  for_each_piece(buffers, lo, hi,
+                 [&](std::size_t i, std::uint64_t at, std::uint64_t len, std::uint64_t) {
+                   const std::size_t bytes = len * dtype_size(buffers[i].dtype);
+                   for (int l = 0; l < layout.local; ++l) {
+                     std::memcpy(element(p.of(l).call.buffers[i], at), result + offset, bytes);
+                   }
+                   offset += bytes;
+                 });
 }
 
 }  // namespace replicator::detail

@@ -47,30 +47,30 @@ class SliceReduce {
   void combine(std::uint64_t a, std::uint64_t b, RowOf&& row_of, OutputsOf&& outputs_of,
                bool streaming = false) {
     std::size_t offset = 0;
-    for_each_piece(buffers, a, b, [&](std::size_t i, std::uint64_t at, std::uint64_t len,
-                                      std::uint64_t from_a) {
-      lane.inputs.clear();
-      for (int q = 0; q < P; ++q) {
-        const auto& trees = layout.subtrees[static_cast<std::size_t>(q)];
-        for (std::size_t t = 0; t < trees.size(); ++t) {
-          lane.inputs.push_back(row_of(q, t) + offset);
-        }
-      }
-      outputs_of(i, at, from_a);
-      tree_reduce({.op = op,
-                   .dtype = buffers[i].dtype,
-                   .inputs = lane.inputs.data(),
-                   .n = static_cast<int>(lane.inputs.size()),
-                   .sizes = sizes_.data(),
-                   .inputs_partial = true,
-                   .outputs = lane.outputs.data(),
-                   .num_outputs = static_cast<int>(lane.outputs.size()),
-                   .count = len,
-                   .divisor = divisor,
-                   .streaming = streaming},
-                  *p.scratch);
-      offset += len * partial_size(buffers[i].dtype, op);
-    });
+    for_each_piece(buffers, a, b,
+                   [&](std::size_t i, std::uint64_t at, std::uint64_t len, std::uint64_t from_a) {
+                     lane.inputs.clear();
+                     for (int q = 0; q < P; ++q) {
+                       const auto& trees = layout.subtrees[static_cast<std::size_t>(q)];
+                       for (std::size_t t = 0; t < trees.size(); ++t) {
+                         lane.inputs.push_back(row_of(q, t) + offset);
+                       }
+                     }
+                     outputs_of(i, at, from_a);
+                     tree_reduce({.op = op,
+                                  .dtype = buffers[i].dtype,
+                                  .inputs = lane.inputs.data(),
+                                  .n = static_cast<int>(lane.inputs.size()),
+                                  .sizes = sizes_.data(),
+                                  .inputs_partial = true,
+                                  .outputs = lane.outputs.data(),
+                                  .num_outputs = static_cast<int>(lane.outputs.size()),
+                                  .count = len,
+                                  .divisor = divisor,
+                                  .streaming = streaming},
+                                 *p.scratch);
+                     offset += len * partial_size(buffers[i].dtype, op);
+                   });
   }
 
   const Peers& p;

@@ -20,7 +20,8 @@ void all_to_all_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
   for (int q = 0; q < layout.processes; ++q) {
     if (q == layout.rank) continue;
     for (int l = 0; l < L; ++l) {
-      lane.sends.push_back({q, p.input_of(l) + static_cast<std::size_t>(q * L + p.me) * block, block});
+      lane.sends.push_back(
+          {q, p.input_of(l) + static_cast<std::size_t>(q * L + p.me) * block, block});
       lane.recvs.push_back({q, out + static_cast<std::size_t>(q * L + l) * block, block});
     }
   }

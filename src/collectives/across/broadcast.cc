@@ -20,28 +20,29 @@ void broadcast_across(const Peers& p, const ProcessLayout& layout, LaneScratch& 
   const int source = have_root ? root_local : 0;  // where this process's copy lands first
   lane.sends.clear();
   lane.recvs.clear();
-  for_each_piece(buffers, lo, hi, [&](std::size_t i, std::uint64_t at, std::uint64_t len,
-                                      std::uint64_t) {
-    const std::size_t bytes = len * dtype_size(buffers[i].dtype);
-    std::byte* data = element(p.of(source).call.buffers[i], at);
-    if (have_root) {
-      for (int q = 0; q < layout.processes; ++q) {
-        if (q != layout.rank) lane.sends.push_back({q, data, bytes});
-      }
-    } else {
-      lane.recvs.push_back({root_process, data, bytes});
-    }
-  });
+  for_each_piece(buffers, lo, hi,
+                 [&](std::size_t i, std::uint64_t at, std::uint64_t len, std::uint64_t) {
+                   const std::size_t bytes = len * dtype_size(buffers[i].dtype);
+                   std::byte* data = element(p.of(source).call.buffers[i], at);
+                   if (have_root) {
+                     for (int q = 0; q < layout.processes; ++q) {
+                       if (q != layout.rank) lane.sends.push_back({q, data, bytes});
+                     }
+                   } else {
+                     lane.recvs.push_back({root_process, data, bytes});
+                   }
+                 });
   exchange(layout, p.me, lane.sends, lane.recvs, deadline, d);
-  for_each_piece(buffers, lo, hi, [&](std::size_t i, std::uint64_t at, std::uint64_t len,
-                                      std::uint64_t) {
-    const std::byte* src = element(p.of(source).call.buffers[i], at);
-    for (int l = 0; l < layout.local; ++l) {
-      if (l != source) {
-        std::memcpy(element(p.of(l).call.buffers[i], at), src, len * dtype_size(buffers[i].dtype));
-      }
-    }
-  });
+  for_each_piece(buffers, lo, hi,
+                 [&](std::size_t i, std::uint64_t at, std::uint64_t len, std::uint64_t) {
+                   const std::byte* src = element(p.of(source).call.buffers[i], at);
+                   for (int l = 0; l < layout.local; ++l) {
+                     if (l != source) {
+                       std::memcpy(element(p.of(l).call.buffers[i], at), src,
+                                   len * dtype_size(buffers[i].dtype));
+                     }
+                   }
+                 });
 }
 
 }  // namespace replicator::detail

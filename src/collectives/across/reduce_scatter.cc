@@ -33,9 +33,14 @@ void reduce_scatter_across(const Peers& p, const ProcessLayout& layout, LaneScra
         lane.inputs.push_back(p.input_of(r - first_local) + at);
       }
       void* dst = rows + (static_cast<std::size_t>(q) * mine.size() + t) * row;
-      tree_reduce({.op = d.op, .dtype = out.dtype, .inputs = lane.inputs.data(),
-                   .n = mine[t].size, .outputs = &dst, .num_outputs = 1,
-                   .outputs_partial = true, .count = out.count},
+      tree_reduce({.op = d.op,
+                   .dtype = out.dtype,
+                   .inputs = lane.inputs.data(),
+                   .n = mine[t].size,
+                   .outputs = &dst,
+                   .num_outputs = 1,
+                   .outputs_partial = true,
+                   .count = out.count},
                   *p.scratch);
     }
   }
@@ -68,9 +73,15 @@ void reduce_scatter_across(const Peers& p, const ProcessLayout& layout, LaneScra
     }
   }
   void* dst = out.data;
-  tree_reduce({.op = d.op, .dtype = out.dtype, .inputs = lane.inputs.data(),
-               .n = static_cast<int>(lane.inputs.size()), .sizes = lane.sizes.data(),
-               .inputs_partial = true, .outputs = &dst, .num_outputs = 1, .count = out.count,
+  tree_reduce({.op = d.op,
+               .dtype = out.dtype,
+               .inputs = lane.inputs.data(),
+               .n = static_cast<int>(lane.inputs.size()),
+               .sizes = lane.sizes.data(),
+               .inputs_partial = true,
+               .outputs = &dst,
+               .num_outputs = 1,
+               .count = out.count,
                .divisor = static_cast<std::size_t>(layout.replicas())},
               *p.scratch);
 }

@@ -28,7 +28,6 @@
 
 #include "src/engines/gloo/gloo_transport.h"
 
-
 #include <gloo/allreduce.h>
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
@@ -156,9 +155,9 @@ class GlooTransport final : public Transport, public NativeCollectives {
     std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> buffers;
     std::vector<Message> messages;  // one per buffer
     std::size_t head = 0;
-    Ticket posted = 0;              // the last ticket
-    Ticket covered = 0;             // what the wait in progress waits for
-    std::mutex mu;                  // guards `waiting` and, while it is true, `buffers`
+    Ticket posted = 0;   // the last ticket
+    Ticket covered = 0;  // what the wait in progress waits for
+    std::mutex mu;       // guards `waiting` and, while it is true, `buffers`
     bool waiting = false;
   };
 
@@ -407,9 +406,10 @@ Transport::Ticket GlooTransport::post(int lane, std::span<const SendOp> sends,
                    Clock::time_point::max());
     }
     // Out of memory while making a buffer: the messages posted so far must not outlive it.
-    const std::string why = "gloo engine: exchange on lane " + std::to_string(lane) +
-                            ": making a buffer failed: " + describe_error(std::current_exception()) +
-                            "; the transport is poisoned, restart the job";
+    const std::string why =
+        "gloo engine: exchange on lane " + std::to_string(lane) +
+        ": making a buffer failed: " + describe_error(std::current_exception()) +
+        "; the transport is poisoned, restart the job";
     fail(why, why);
     finish(l, true);
     throw;
@@ -626,9 +626,10 @@ void GlooTransport::native_all_reduce_f32(float* data, std::size_t count) {
     options.setTimeout(timeout_);
     gloo::allreduce(options);
   } catch (...) {
-    const std::string why = "gloo engine: gloo::allreduce of " + std::to_string(count) +
-                            " floats on lane 0 failed: " + describe_error(std::current_exception()) +
-                            "; the transport is poisoned, restart the job";
+    const std::string why =
+        "gloo engine: gloo::allreduce of " + std::to_string(count) +
+        " floats on lane 0 failed: " + describe_error(std::current_exception()) +
+        "; the transport is poisoned, restart the job";
     const bool was_poisoned = poison_.is_set();
     fail(why, why);
     if (was_poisoned) throw_poisoned();

@@ -41,8 +41,8 @@ struct LocalEngine::Slot {
   std::vector<std::byte*> staging_of[2];    // staging_of[p][j] = slot j's staging[p]
 };
 
-LocalEngine::LocalEngine(int num_replicas, int first, int total,
-                         std::chrono::milliseconds timeout, std::chrono::microseconds spin)
+LocalEngine::LocalEngine(int num_replicas, int first, int total, std::chrono::milliseconds timeout,
+                         std::chrono::microseconds spin)
     : n_(num_replicas), first_(first), total_(total), timeout_(timeout), spin_(spin) {
   slots_.reserve(static_cast<std::size_t>(n_));
   for (int j = 0; j < n_; ++j) slots_.push_back(std::make_unique<Slot>(kStagingBytes));
@@ -80,7 +80,7 @@ void LocalEngine::check_poison(int me) {
 }
 
 void LocalEngine::arrive_and_wait(int me, const Descriptor& d, Waiter::Clock::time_point deadline,
-                                 std::chrono::milliseconds timeout) {
+                                  std::chrono::milliseconds timeout) {
   Slot& slot = *slots_[static_cast<std::size_t>(me)];
   const std::uint64_t phase = ++slot.phase;
   slot.arrived_phase.store(phase, std::memory_order_relaxed);
@@ -158,13 +158,16 @@ void LocalEngine::throw_poisoned(int local_me) {
     if (std::find(cause.missing.begin(), cause.missing.end(), me) == cause.missing.end()) {
       throw Timeout(cause.what, cause.op, cause.sequence, cause.deadline, cause.missing);
     }
-    throw Aborted("replica " + std::to_string(me) + " was released: its peers timed out waiting "
-                  "for it at " + cause.op + " #" + std::to_string(cause.sequence) + " (" +
-                  cause.what + ")",
+    throw Aborted("replica " + std::to_string(me) +
+                      " was released: its peers timed out waiting "
+                      "for it at " +
+                      cause.op + " #" + std::to_string(cause.sequence) + " (" + cause.what + ")",
                   cause.replica);
   }
-  throw Aborted("replica " + std::to_string(me) + " was released from its collective because "
-                "replica " + std::to_string(cause.replica) + " failed: " + cause.what,
+  throw Aborted("replica " + std::to_string(me) +
+                    " was released from its collective because "
+                    "replica " +
+                    std::to_string(cause.replica) + " failed: " + cause.what,
                 cause.replica);
 }
 

@@ -107,9 +107,9 @@ class LocalEngine {
   std::mutex mu_;
   struct Cause {
     bool timed_out = false;
-    int replica = -1;         // the failed replica, or the one that saw the timeout
-    std::string what;         // the failure's message, or the Timeout's message
-    std::string op;           // Timeout fields
+    int replica = -1;  // the failed replica, or the one that saw the timeout
+    std::string what;  // the failure's message, or the Timeout's message
+    std::string op;    // Timeout fields
     std::uint64_t sequence = 0;
     std::chrono::milliseconds deadline{0};
     std::vector<int> missing;

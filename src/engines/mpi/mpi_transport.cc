@@ -372,11 +372,10 @@ Transport::Ticket MpiTransport::post(int lane, std::span<const SendOp> sends,
     do {
       const std::size_t chunk = std::min(bytes, max_message_);
       MPI_Request request = MPI_REQUEST_NULL;
-      const int rc =
-          is_recv ? MPI_Irecv(data, static_cast<int>(chunk), MPI_BYTE, peer, data_tag_, l.comm,
-                              &request)
-                  : MPI_Isend(data, static_cast<int>(chunk), MPI_BYTE, peer, data_tag_, l.comm,
-                              &request);
+      const int rc = is_recv ? MPI_Irecv(data, static_cast<int>(chunk), MPI_BYTE, peer, data_tag_,
+                                         l.comm, &request)
+                             : MPI_Isend(data, static_cast<int>(chunk), MPI_BYTE, peer, data_tag_,
+                                         l.comm, &request);
       if (rc != MPI_SUCCESS) fail_post(lane, rc, peer, is_recv);
       l.requests.push_back(request);
       l.ops.push_back({peer, is_recv, ticket});
@@ -507,8 +506,8 @@ void MpiTransport::check_control(const Pending& p) {
 }
 
 void MpiTransport::fail_post(int lane, int rc, int peer, bool is_recv) {
-  const std::string why = "mpi engine: exchange on lane " + std::to_string(lane) +
-                          ": posting a " + (is_recv ? "receive from" : "send to") + " process " +
+  const std::string why = "mpi engine: exchange on lane " + std::to_string(lane) + ": posting a " +
+                          (is_recv ? "receive from" : "send to") + " process " +
                           std::to_string(peer) + " failed: " + mpi_error_string(rc) +
                           "; the transport is poisoned, restart the job";
   poison_.set(why);

@@ -15,10 +15,11 @@
 
 namespace replicator::detail {
 
-// Makes a transport with `lanes` lanes (its NativeCollectives: MPI_Allreduce) over every process of MPI_COMM_WORLD. Initialises
-// MPI with MPI_THREAD_MULTIPLE if nobody has yet; an MPI initialised here is finalised once,
-// at process exit, and is shared by every transport of the process (MPI cannot be
-// initialised twice), so several transports may be made, one after another or side by side.
+// Makes a transport with `lanes` lanes (its NativeCollectives: MPI_Allreduce) over every process of
+// MPI_COMM_WORLD. Initialises MPI with MPI_THREAD_MULTIPLE if nobody has yet; an MPI initialised
+// here is finalised once, at process exit, and is shared by every transport of the process (MPI
+// cannot be initialised twice), so several transports may be made, one after another or side by
+// side.
 //
 // Collective: every process must call it, in the same order relative to its other calls,
 // with the same `lanes`; it blocks until all have. Not to be called concurrently with

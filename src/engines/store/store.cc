@@ -81,5 +81,4 @@ std::string describe_error(const std::exception_ptr& error) {
   }
 }
 
-
 }  // namespace replicator::detail

@@ -71,7 +71,8 @@ class Store final : public gloo::rendezvous::Store {
         redis_ = std::make_unique<gloo::rendezvous::RedisStore>(url_.host, url_.port);
       } catch (...) {
         throw ConfigError("store: cannot reach the Redis store at " + url_.host + ":" +
-                          std::to_string(url_.port) + " (" + describe_error(std::current_exception()) +
+                          std::to_string(url_.port) + " (" +
+                          describe_error(std::current_exception()) +
                           "); start redis-server there, or fix the store URL '" + url_.text + "'");
       }
       return;
@@ -120,10 +121,12 @@ class Store final : public gloo::rendezvous::Store {
 
   void wait(const std::vector<std::string>& keys) override { wait_until(keys, deadline_); }
 
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
     // Gloo passes its context timeout, which is ours; zero means "no timeout" to Gloo.
     Clock::time_point until = deadline_;
-    if (timeout > std::chrono::milliseconds::zero()) until = std::min(until, Clock::now() + timeout);
+    if (timeout > std::chrono::milliseconds::zero())
+      until = std::min(until, Clock::now() + timeout);
     wait_until(keys, until);
   }
 
@@ -166,6 +169,5 @@ class Store final : public gloo::rendezvous::Store {
   std::unique_ptr<gloo::rendezvous::RedisStore> redis_;
   Clock::time_point deadline_ = Clock::time_point::max();
 };
-
 
 }  // namespace replicator::detail
