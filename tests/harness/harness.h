@@ -75,30 +75,31 @@ std::optional<E> caught_as(const std::exception_ptr& error) {
   return std::nullopt;
 }
 
+// "<name>: <what()>" if `error` holds an E.
+template <typename E>
+std::optional<std::string> described_as(const std::exception_ptr& error, const char* name) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const E& e) {
+    return std::string(name) + ": " + e.what();
+  } catch (...) {
+  }
+  return std::nullopt;
+}
+
 // "Type: message" for failure output; "nothing" for nullptr.
 inline std::string describe(const std::exception_ptr& error) {
   if (!error) return "nothing";
-  try {
-    std::rethrow_exception(error);
-  } catch (const CollectiveMismatch& e) {
-    return std::string("CollectiveMismatch: ") + e.what();
-  } catch (const Timeout& e) {
-    return std::string("Timeout: ") + e.what();
-  } catch (const Aborted& e) {
-    return std::string("Aborted: ") + e.what();
-  } catch (const PeerLost& e) {
-    return std::string("PeerLost: ") + e.what();
-  } catch (const InvalidArgument& e) {
-    return std::string("InvalidArgument: ") + e.what();
-  } catch (const ReplicaFailed& e) {
-    return std::string("ReplicaFailed: ") + e.what();
-  } catch (const Error& e) {
-    return std::string("replicator::Error: ") + e.what();
-  } catch (const std::exception& e) {
-    return std::string("std::exception: ") + e.what();
-  } catch (...) {
-    return "a non-standard exception";
-  }
+  std::optional<std::string> out;
+  (out = described_as<CollectiveMismatch>(error, "CollectiveMismatch")) ||
+      (out = described_as<Timeout>(error, "Timeout")) ||
+      (out = described_as<Aborted>(error, "Aborted")) ||
+      (out = described_as<PeerLost>(error, "PeerLost")) ||
+      (out = described_as<InvalidArgument>(error, "InvalidArgument")) ||
+      (out = described_as<ReplicaFailed>(error, "ReplicaFailed")) ||
+      (out = described_as<Error>(error, "replicator::Error")) ||
+      (out = described_as<std::exception>(error, "std::exception"));
+  return out.value_or("a non-standard exception");
 }
 
 // Empty when every slot of `errors` holds an E, except the slots in `skip`; otherwise
