@@ -739,7 +739,11 @@ TEST(Launcher, ReportsAChildKilledByASignal) {
 TEST(Launcher, KillsAChildThatIgnoresSigterm) {
   const Ran ran = run_capture(
       {g_launcher, "launch", "-n", "2", "--", "sh", "-c",
-       "trap '' TERM; if [ \"$REPLICATOR_RANK\" = 0 ]; then sleep 0.3; exit 5; fi; sleep 30"});
+       // Rank 0 fails once rank 1 ignores SIGTERM (it marks that in the launcher's store
+       // folder, which every rank shares).
+       "trap '' TERM; ready=\"${REPLICATOR_STORE#file://}/rank1-ignores-term\"; "
+       "if [ \"$REPLICATOR_RANK\" = 0 ]; then "
+       "until [ -e \"$ready\" ]; do sleep 0.01; done; exit 5; fi; touch \"$ready\"; sleep 30"});
   EXPECT_EQ(exit_code(ran.status), 1);
   EXPECT_TRUE(contains(ran.err, "rank 0 exited with status 5")) << ran.err;
   EXPECT_GE(ran.ms, 2000.0);  // SIGTERM ignored: SIGKILL after the 2 s grace
