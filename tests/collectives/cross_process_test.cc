@@ -7,14 +7,15 @@
 #include <bit>
 #include <cstring>
 #include <functional>
-#include <random>
-#include <thread>
+#include <atomic>
+#include <chrono>
 #include <vector>
 
 #include "replicator/replicator.h"
 #include "src/collectives/across/across.h"
 #include "src/runtime/testing.h"
 #include "tests/collectives/fake_transport.h"
+#include "tests/harness/harness.h"
 
 namespace replicator {
 namespace {
@@ -48,43 +49,17 @@ std::vector<std::exception_ptr> run_processes(int P, int L, const Step& step,
                                               Wire wire = Wire::kGloo) {
   auto network = std::make_shared<testing::FakeNetwork>(P, wire == Wire::kGloo,
                                                         wire == Wire::kMpi);
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(P));
-  std::vector<std::thread> processes;
-  for (int rank = 0; rank < P; ++rank) {
-    processes.emplace_back([&, rank] {
-      try {
-        Config config;
-        config.local_replicas = L;
-        config.timeout = timeout;
-        auto repl = detail::make_replicator(config, network->endpoint(rank, L));
-        repl->run(step);
-      } catch (...) {
-        errors[static_cast<std::size_t>(rank)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : processes) t.join();
-  return errors;
-}
-
-void expect_no_errors(const std::vector<std::exception_ptr>& errors) {
-  for (std::size_t p = 0; p < errors.size(); ++p) {
-    if (!errors[p]) continue;
-    try {
-      std::rethrow_exception(errors[p]);
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "process " << p << ": " << e.what();
-    }
-  }
+  return harness::run_threads(P, [&](int rank) {
+    Config config;
+    config.local_replicas = L;
+    config.timeout = timeout;
+    auto repl = detail::make_replicator(config, network->endpoint(rank, L));
+    repl->run(step);
+  });
 }
 
 std::vector<float> data_of(int replica, std::size_t n) {
-  // Mixed magnitudes: association order changes the bits.
-  std::mt19937 rng(1000 + static_cast<unsigned>(replica));
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = u(rng) * std::ldexp(1.f, static_cast<int>(i % 23) - 11);
-  return v;
+  return harness::mixed_magnitudes(1000 + static_cast<unsigned>(replica), n);
 }
 
 struct Layout {
@@ -123,7 +98,7 @@ TEST_P(LayoutTest, AllReduceBitsMatchTheLocalEngine) {
       std::vector<std::vector<float>> got(static_cast<std::size_t>(R));
       std::vector<std::vector<bfloat16>> got_bf(static_cast<std::size_t>(R));
       std::vector<std::vector<std::int32_t>> got_fused(static_cast<std::size_t>(R));
-      expect_no_errors(run_processes(P, L, [&](ReplicaContext& ctx) {
+      EXPECT_EQ(harness::all_errors(run_processes(P, L, [&](ReplicaContext& ctx) {
         ASSERT_EQ(ctx.num_replicas(), R);
         auto v = data_of(ctx.replica_id(), n);
         std::vector<bfloat16> b;
@@ -139,7 +114,7 @@ TEST_P(LayoutTest, AllReduceBitsMatchTheLocalEngine) {
         got[static_cast<std::size_t>(ctx.replica_id())] = v;
         got_bf[static_cast<std::size_t>(ctx.replica_id())] = b;
         got_fused[static_cast<std::size_t>(ctx.replica_id())] = k;
-      }, std::chrono::seconds(30), wire));
+      }, std::chrono::seconds(30), wire), "process"), "");
       for (int r = 0; r < R; ++r) {
         const auto u = static_cast<std::size_t>(r);
         ASSERT_EQ(got[u].size(), n);
@@ -158,7 +133,7 @@ TEST_P(LayoutTest, EveryCollectiveAcrossProcesses) {
   const auto [P, L] = GetParam();
   const int R = P * L;
   for (const std::size_t n : {std::size_t{0}, std::size_t{3}, std::size_t{4099}}) {
-    expect_no_errors(run_processes(P, L, [&](ReplicaContext& ctx) {
+    EXPECT_EQ(harness::all_errors(run_processes(P, L, [&](ReplicaContext& ctx) {
       const int me = ctx.replica_id();
       const auto value = [](int r, std::size_t i) { return static_cast<double>(r * 1000 + i % 97); };
       // all_gather
@@ -214,7 +189,7 @@ TEST_P(LayoutTest, EveryCollectiveAcrossProcesses) {
       ctx.permute(p_in, p_out, pairs);
       for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(p_out[i], static_cast<float>(me)) << "permute";
       ctx.barrier();
-    }));
+    }), "process"), "");
   }
 }
 
@@ -248,7 +223,7 @@ TEST(CrossProcessTest, MismatchIsRaisedOnEveryReplicaOfEveryProcess) {
         },
         std::chrono::seconds(30), wire);
     EXPECT_EQ(mismatches.load(), 4) << "mpi wire " << (wire == Wire::kMpi);
-    for (const auto& e : errors) EXPECT_TRUE(e);
+    EXPECT_EQ(harness::first_not_raising<CollectiveMismatch>(errors, {}, "process"), "");
   }
 }
 
@@ -291,17 +266,19 @@ TEST(CrossProcessTest, StepFailureInOneProcessReleasesTheOthers) {
       },
       std::chrono::seconds(60));
   EXPECT_EQ(aborted.load(), 5);  // everyone but replica 3, well before the 60 s deadline
-  for (const auto& e : errors) EXPECT_TRUE(e);
+  EXPECT_EQ(harness::first_not_raising<Error>(errors, {}, "process"), "");
 }
 
 TEST(CrossProcessTest, TimeoutNamesTheReplicasOfTheLateProcess) {
   std::atomic<int> timeouts{0};
+  // Process 1 is late: it calls only once process 0 has raised its Timeout, and is then
+  // released by the abort of process 0.
+  harness::CountDown timed_out(1);
   const auto errors = run_processes(
       2, 2,
       [&](ReplicaContext& ctx) {
         if (ctx.replica_id() >= 2) {
-          // Process 1 is late; released by the abort of process 0 once that times out.
-          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+          EXPECT_TRUE(timed_out.wait_for(std::chrono::seconds(30))) << "process 0 never timed out";
         }
         std::vector<float> v(10, 1.f);
         try {
@@ -312,12 +289,13 @@ TEST(CrossProcessTest, TimeoutNamesTheReplicasOfTheLateProcess) {
             EXPECT_NE(std::string(e.what()).find("process 1 (replicas 2-3)"), std::string::npos)
                 << e.what();
             ++timeouts;
+            timed_out.count_down();
           }
           throw;
         }
       });
   EXPECT_GE(timeouts.load(), 1);
-  for (const auto& e : errors) EXPECT_TRUE(e);
+  EXPECT_EQ(harness::first_not_raising<Error>(errors, {}, "process"), "");
 }
 
 }  // namespace

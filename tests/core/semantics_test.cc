@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "replicator/replicator.h"
+#include "tests/harness/harness.h"
 
 // Checks that `haystack` contains `needle` (gtest's own substring predicate, no gmock).
 #define EXPECT_HAS_SUBSTR(haystack, needle) \
@@ -41,59 +43,19 @@ Config with_replicas(int n, std::optional<milliseconds> timeout = std::nullopt) 
   return config;
 }
 
-// The exception in `error` as an E, if it is one.
-template <typename E>
-std::optional<E> caught_as(const std::exception_ptr& error) {
-  if (!error) return std::nullopt;
-  try {
-    std::rethrow_exception(error);
-  } catch (const E& e) {
-    return e;
-  } catch (...) {
-  }
-  return std::nullopt;
-}
-
-// "Type: message" for failure output.
-std::string describe(const std::exception_ptr& error) {
-  if (!error) return "nothing";
-  try {
-    std::rethrow_exception(error);
-  } catch (const CollectiveMismatch& e) {
-    return std::string("CollectiveMismatch: ") + e.what();
-  } catch (const Timeout& e) {
-    return std::string("Timeout: ") + e.what();
-  } catch (const Aborted& e) {
-    return std::string("Aborted: ") + e.what();
-  } catch (const InvalidArgument& e) {
-    return std::string("InvalidArgument: ") + e.what();
-  } catch (const ReplicaFailed& e) {
-    return std::string("ReplicaFailed: ") + e.what();
-  } catch (const Error& e) {
-    return std::string("replicator::Error: ") + e.what();
-  } catch (const std::exception& e) {
-    return std::string("std::exception: ") + e.what();
-  } catch (...) {
-    return "a non-standard exception";
-  }
-}
+using harness::caught_as;
+using harness::describe;
 
 // Runs `step` on every replica, catching what each throws; returns one slot per replica.
 // As every step returns normally, run itself must complete.
 std::vector<std::exception_ptr> run_and_catch(Replicator& repl, const Step& step) {
   std::vector<std::exception_ptr> caught(static_cast<std::size_t>(repl.num_replicas()));
-  try {
+  const std::exception_ptr from_run = harness::capture([&] {
     repl.run([&](ReplicaContext& ctx) {
-      try {
-        step(ctx);
-      } catch (...) {
-        caught[static_cast<std::size_t>(ctx.replica_id())] = std::current_exception();
-      }
+      caught[static_cast<std::size_t>(ctx.replica_id())] = harness::capture([&] { step(ctx); });
     });
-  } catch (...) {
-    ADD_FAILURE() << "run threw although every step returned: "
-                  << describe(std::current_exception());
-  }
+  });
+  EXPECT_FALSE(from_run) << "run threw although every step returned: " << describe(from_run);
   return caught;
 }
 
@@ -333,22 +295,18 @@ TEST(MismatchTest, UncaughtMismatchRaisedOnEveryReplica) {
   for (int k = 0; k < 20; ++k) {
     std::vector<std::exception_ptr> caught(kReplicas);
     EXPECT_THROW(repl.run([&](ReplicaContext& ctx) {
-      try {
+      harness::keep_and_rethrow(caught[static_cast<std::size_t>(ctx.replica_id())], [&] {
         std::vector<float> v(32, 1.0f);
         ctx.all_reduce(v, {.op = ctx.replica_id() == 1 ? ReduceOp::kMax : ReduceOp::kSum});
-      } catch (...) {
-        caught[static_cast<std::size_t>(ctx.replica_id())] = std::current_exception();
-        throw;
-      }
+      });
     }),
                  CollectiveMismatch);
     for (int r = 0; r < kReplicas; ++r) {
-      if (!caught_as<CollectiveMismatch>(caught[static_cast<std::size_t>(r)])) {
-        if (wrong++ == 0) {
-          first_wrong = "run " + std::to_string(k) + ", replica " + std::to_string(r) + " caught " +
-                        describe(caught[static_cast<std::size_t>(r)]);
-        }
-      }
+      if (!caught_as<CollectiveMismatch>(caught[static_cast<std::size_t>(r)])) ++wrong;
+    }
+    if (const std::string first = harness::first_not_raising<CollectiveMismatch>(caught);
+        !first.empty() && first_wrong.empty()) {
+      first_wrong = "run " + std::to_string(k) + ", " + first;
     }
   }
   EXPECT_EQ(wrong, 0) << "replicas (of 20 x " << kReplicas
@@ -366,13 +324,16 @@ TEST(MismatchTest, CallRefusedLocallyTakesNoSequenceNumber) {
   });
   std::vector<float> result(2, 0.0f);
   std::vector<std::uint64_t> sequence(2, 99);
+  // Replica 1 goes on only once replica 0's call has been refused.
+  harness::CountDown refused(1);
   repl.run([&](ReplicaContext& ctx) {
     const auto r = static_cast<std::size_t>(ctx.replica_id());
     std::vector<float> v(8, 1.0f);
     if (r == 0) {
       EXPECT_THROW(ctx.broadcast(v, {.root = 7}), InvalidArgument);
+      refused.count_down();
     } else {
-      std::this_thread::sleep_for(milliseconds(50));
+      EXPECT_TRUE(refused.wait_for(std::chrono::seconds(30)));
     }
     sequence[r] = ctx.sequence();
     ctx.all_reduce(v);
@@ -394,13 +355,10 @@ TEST(MismatchTest, ReplicaReturningEarlyRaisesMismatchNotHang) {
     repl.run([&](ReplicaContext& ctx) {
       ctx.barrier();
       if (ctx.replica_id() == 2) return;  // skips the all_reduce below
-      try {
+      harness::keep_and_rethrow(caught[static_cast<std::size_t>(ctx.replica_id())], [&] {
         std::vector<float> v(16, 1.0f);
         ctx.all_reduce(v);
-      } catch (...) {
-        caught[static_cast<std::size_t>(ctx.replica_id())] = std::current_exception();
-        throw;
-      }
+      });
     });
     FAIL() << "run did not throw";
   } catch (const CollectiveMismatch& e) {
@@ -432,24 +390,20 @@ std::exception_ptr run_with_failure(Replicator& repl, int failing,
                                     const std::function<void()>& fail, const Step& wait,
                                     std::vector<std::exception_ptr>& caught) {
   caught.assign(static_cast<std::size_t>(repl.num_replicas()), nullptr);
-  try {
+  std::exception_ptr failed_own;  // what the failing replica threw: not a release
+  const std::exception_ptr from_run = harness::capture([&] {
     repl.run([&](ReplicaContext& ctx) {
-      try {
-        ctx.barrier();
-        if (ctx.replica_id() == failing) fail();
-        wait(ctx);
-      } catch (...) {
-        if (ctx.replica_id() != failing) {
-          caught[static_cast<std::size_t>(ctx.replica_id())] = std::current_exception();
-        }
-        throw;
-      }
+      const int r = ctx.replica_id();
+      harness::keep_and_rethrow(r == failing ? failed_own : caught[static_cast<std::size_t>(r)],
+                                [&] {
+                                  ctx.barrier();
+                                  if (r == failing) fail();
+                                  wait(ctx);
+                                });
     });
-  } catch (...) {
-    return std::current_exception();
-  }
-  ADD_FAILURE() << "run did not throw";
-  return nullptr;
+  });
+  EXPECT_TRUE(from_run) << "run did not throw";
+  return from_run;
 }
 
 void expect_others_aborted(const std::vector<std::exception_ptr>& caught, int failing,
@@ -566,19 +520,13 @@ TEST(FailureTest, FailureBeforeAnyCollectiveReleasesOthers) {
   std::vector<std::exception_ptr> caught(4);
   EXPECT_THROW(repl.run([&](ReplicaContext& ctx) {
     if (ctx.replica_id() == 3) throw std::runtime_error("early");
-    try {
+    harness::keep_and_rethrow(caught[static_cast<std::size_t>(ctx.replica_id())], [&] {
       ctx.barrier();
       ctx.barrier();
-    } catch (...) {
-      caught[static_cast<std::size_t>(ctx.replica_id())] = std::current_exception();
-      throw;
-    }
+    });
   }),
                ReplicaFailed);
-  for (int r = 0; r < 3; ++r) {
-    EXPECT_TRUE(caught_as<Aborted>(caught[static_cast<std::size_t>(r)]))
-        << "replica " << r << " caught " << describe(caught[static_cast<std::size_t>(r)]);
-  }
+  EXPECT_EQ(harness::first_not_raising<Aborted>(caught, {3}), "");
   expect_healthy(repl);
 }
 
@@ -615,46 +563,36 @@ TEST(FailureTest, EveryReplicaFailingReportsOneOfThem) {
 // (c) Timeout
 // =========================================================================================
 
-// Every replica runs `before(ctx)` (collective #0), then replicas in `sleepers` sleep past
-// the deadline while the others enter `collective(ctx)` (#1). A sleeper sleeps twice the
-// deadline, then also waits until the others have recorded what they caught (bounded, so
-// a library that never times out fails the test instead of hanging it), then calls it.
+// Every replica runs `before(ctx)` (collective #0), then the others enter `collective(ctx)`
+// (#1) while replicas in `sleepers` arrive late: each waits until every other replica has
+// recorded what it caught (its Timeout), bounded so that a library that never times out
+// fails the test instead of hanging it, and only then calls it.
 struct TimeoutOutcome {
   std::exception_ptr from_run;
   std::vector<std::exception_ptr> caught;
 };
 
 TimeoutOutcome run_with_sleepers(Replicator& repl, const std::vector<int>& sleepers,
-                                 milliseconds deadline, const Step& before,
-                                 const Step& collective) {
+                                 const Step& before, const Step& collective) {
   const int n = repl.num_replicas();
   TimeoutOutcome outcome;
   outcome.caught.assign(static_cast<std::size_t>(n), nullptr);
-  std::atomic<int> waiters_done{0};
-  const int num_waiters = n - static_cast<int>(sleepers.size());
-  try {
+  harness::CountDown waiters_done(n - static_cast<int>(sleepers.size()));
+  outcome.from_run = harness::capture([&] {
     repl.run([&](ReplicaContext& ctx) {
       const bool sleeper =
           std::find(sleepers.begin(), sleepers.end(), ctx.replica_id()) != sleepers.end();
       before(ctx);
       if (sleeper) {
-        std::this_thread::sleep_for(2 * deadline);
-        for (int i = 0; i < 3000 && waiters_done.load() < num_waiters; ++i) {
-          std::this_thread::sleep_for(milliseconds(10));
-        }
+        EXPECT_TRUE(waiters_done.wait_for(std::chrono::seconds(30)))
+            << "the waiting replicas neither timed out nor returned within 30 s";
       }
-      try {
-        collective(ctx);
-      } catch (...) {
-        outcome.caught[static_cast<std::size_t>(ctx.replica_id())] = std::current_exception();
-        if (!sleeper) waiters_done.fetch_add(1);
-        throw;
-      }
-      if (!sleeper) waiters_done.fetch_add(1);
+      const std::exception_ptr error = harness::capture([&] { collective(ctx); });
+      outcome.caught[static_cast<std::size_t>(ctx.replica_id())] = error;
+      if (!sleeper) waiters_done.count_down();
+      if (error) std::rethrow_exception(error);
     });
-  } catch (...) {
-    outcome.from_run = std::current_exception();
-  }
+  });
   return outcome;
 }
 
@@ -691,7 +629,7 @@ TEST(TimeoutTest, ConfigTimeoutNamesTheSleeper) {
   const milliseconds deadline(200);
   Replicator repl(with_replicas(3, deadline));
   const TimeoutOutcome outcome =
-      run_with_sleepers(repl, {2}, deadline, barrier_step, [](ReplicaContext& ctx) {
+      run_with_sleepers(repl, {2}, barrier_step, [](ReplicaContext& ctx) {
         std::vector<float> v(1000, 1.0f);
         ctx.all_reduce(v);
       });
@@ -708,7 +646,7 @@ TEST(TimeoutTest, ConfigTimeoutNamesSeveralSleepers) {
   const milliseconds deadline(200);
   Replicator repl(with_replicas(4, deadline));
   const TimeoutOutcome outcome =
-      run_with_sleepers(repl, {0, 3}, deadline, barrier_step, barrier_step);
+      run_with_sleepers(repl, {0, 3}, barrier_step, barrier_step);
   expect_timeout_outcome(outcome, {0, 3}, deadline, "barrier");
   expect_healthy(repl);
 }
@@ -717,7 +655,7 @@ TEST(TimeoutTest, PerCallTimeoutOverridesConfigOnTheDirectPath) {
   const milliseconds deadline(200);
   Replicator repl(with_replicas(5));  // Config::timeout stays at its 5 min default
   const TimeoutOutcome outcome = run_with_sleepers(
-      repl, {1, 3}, deadline,
+      repl, {1, 3},
       [](ReplicaContext& ctx) {
         std::vector<double> v(70000, 1.0);  // 560 KB: the direct path
         ctx.all_reduce(v);
@@ -734,7 +672,7 @@ TEST(TimeoutTest, PerCallTimeoutOnBroadcastFromTheSleepingRoot) {
   const milliseconds deadline(150);
   Replicator repl(with_replicas(3));
   const TimeoutOutcome outcome =
-      run_with_sleepers(repl, {0}, deadline, barrier_step, [deadline](ReplicaContext& ctx) {
+      run_with_sleepers(repl, {0}, barrier_step, [deadline](ReplicaContext& ctx) {
         std::vector<std::int32_t> v(10, ctx.replica_id());
         ctx.broadcast(v, {.root = 0, .timeout = deadline});
       });
@@ -744,11 +682,29 @@ TEST(TimeoutTest, PerCallTimeoutOnBroadcastFromTheSleepingRoot) {
 }
 
 // A per-call deadline longer than Config::timeout is honoured: a late replica within it is
-// waited for, and the call succeeds.
+// waited for, and the call succeeds. Replica 1 calls only once the others have been in the
+// call for more than twice Config::timeout: a delay that must pass, measured from when the
+// last of them entered rather than from the start of the step.
 TEST(TimeoutTest, PerCallTimeoutCanBeLongerThanConfig) {
-  Replicator repl(with_replicas(3, milliseconds(300)));
-  const PerReplica<std::vector<float>> out = repl.run([](ReplicaContext& ctx) {
-    if (ctx.replica_id() == 1) std::this_thread::sleep_for(milliseconds(1000));
+  constexpr milliseconds kConfigTimeout(300);
+  Replicator repl(with_replicas(3, kConfigTimeout));
+  std::mutex mu;
+  std::chrono::steady_clock::time_point last_entered;  // guarded by mu
+  harness::CountDown entered(2);
+  const PerReplica<std::vector<float>> out = repl.run([&](ReplicaContext& ctx) {
+    if (ctx.replica_id() == 1) {
+      EXPECT_TRUE(entered.wait_for(std::chrono::seconds(30)));
+      std::unique_lock lock(mu);
+      const auto late = last_entered + 2 * kConfigTimeout;
+      lock.unlock();
+      std::this_thread::sleep_until(late);
+    } else {
+      {
+        std::lock_guard lock(mu);
+        last_entered = std::max(last_entered, std::chrono::steady_clock::now());
+      }
+      entered.count_down();
+    }
     std::vector<float> v(8, 1.0f);
     ctx.all_reduce(v, {.timeout = std::chrono::minutes(1)});
     return v;
@@ -1018,9 +974,11 @@ TEST(InvalidArgumentTest, AllGatherInPlaceAtAnotherReplicasBlockIsRefusedOrCorre
   });
   for (std::size_t r = 0; r < kReplicas; ++r) {
     if (caught_as<InvalidArgument>(caught[r])) continue;
+    // Not refused: then the call returned, and every block is right.
+    EXPECT_FALSE(caught[r]) << "replica " << r << " caught " << describe(caught[r]);
+    EXPECT_FALSE(outcome[r].empty()) << "replica " << r << " looked at no block";
     EXPECT_EQ(outcome[r].find("want"), std::string::npos)
-        << "replica " << r << " caught " << describe(caught[r])
-        << " and got blocks: " << outcome[r];
+        << "replica " << r << " got blocks: " << outcome[r];
   }
 }
 
@@ -1031,13 +989,10 @@ TEST(InvalidArgumentTest, BadCallOnOneReplicaReleasesTheOthers) {
   std::vector<std::exception_ptr> caught(4);
   try {
     repl.run([&](ReplicaContext& ctx) {
-      try {
+      harness::keep_and_rethrow(caught[static_cast<std::size_t>(ctx.replica_id())], [&] {
         std::vector<float> in(5), out(ctx.replica_id() == 2 ? 19 : 20);
         ctx.all_gather(in, out);
-      } catch (...) {
-        caught[static_cast<std::size_t>(ctx.replica_id())] = std::current_exception();
-        throw;
-      }
+      });
     });
     FAIL() << "run did not throw";
   } catch (const InvalidArgument& e) {

@@ -15,27 +15,21 @@
 // Exit 0 when the scenario's expectation held, 1 otherwise.
 #include <csignal>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <string>
-#include <thread>
 #include <unistd.h>
 #include <vector>
 
 #include "replicator/replicator.h"
+#include "tests/harness/harness.h"
 
 using namespace replicator;
 
 namespace {
 
 std::vector<float> data_of(int replica, std::size_t n) {
-  std::mt19937 rng(4242 + static_cast<unsigned>(replica));
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = u(rng) * std::ldexp(1.f, static_cast<int>(i % 23) - 11);
-  return v;
+  return harness::mixed_magnitudes(4242 + static_cast<unsigned>(replica), n);
 }
 
 std::uint64_t fnv(const void* data, std::size_t bytes, std::uint64_t h = 1469598103934665603ull) {
@@ -79,50 +73,49 @@ int digest(Replicator& repl) {
   return 0;
 }
 
+// Prints what `error` is, to stdout as "<ok>: <describe>" if it is one of Expected (the
+// first of them that matches), else to stderr as "unexpected: <describe>"; returns the
+// exit status (0 when expected).
+template <typename... Expected>
+int report(const std::exception_ptr& error, const char* ok) {
+  if (!error) {
+    std::fprintf(stderr, "no error\n");
+    return 1;
+  }
+  if ((harness::caught_as<Expected>(error) || ...)) {
+    std::printf("%s: %s\n", ok, harness::describe(error).c_str());
+    return 0;
+  }
+  std::fprintf(stderr, "unexpected: %s\n", harness::describe(error).c_str());
+  return 1;
+}
+
 int mismatch(Replicator& repl, bool by_signature) {
   const int L = repl.num_local_replicas();
-  int caught = 0;
-  try {
+  return report<CollectiveMismatch>(harness::capture([&] {
     repl.run([&](ReplicaContext& ctx) {
       const bool first = ctx.replica_id() < L;
       std::vector<float> v(by_signature || first ? 4 : 5, 1.f);
       ctx.all_reduce(v, {.signature = by_signature && first ? 5u : 7u});
     });
-  } catch (const CollectiveMismatch& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    caught = 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "unexpected: %s\n", e.what());
-  }
-  if (caught) std::printf("mismatch ok\n");
-  return caught ? 0 : 1;
+  }), "mismatch ok");
 }
 
+// Aborted on the others, ReplicaFailed (replica 1's own error) on its process.
 int throw_in_step(Replicator& repl) {
-  try {
+  return report<Aborted, ReplicaFailed>(harness::capture([&] {
     repl.run([&](ReplicaContext& ctx) {
       if (ctx.replica_id() == 1) throw std::runtime_error("replica 1 gives up");
       std::vector<float> v(1000, 1.f);
       for (int i = 0; i < 100; ++i) ctx.all_reduce(v);
     });
-  } catch (const Aborted& e) {
-    std::printf("released ok: %s\n", e.what());
-    return 0;
-  } catch (const ReplicaFailed& e) {
-    std::printf("released ok (the failing process): %s\n", e.what());
-    return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "unexpected: %s\n", e.what());
-    return 1;
-  }
-  std::fprintf(stderr, "no error\n");
-  return 1;
+  }), "released ok");
 }
 
+// PeerLost, or Aborted (released by a process that got PeerLost first, naming the lost one).
 int kill_one(Replicator& repl, int rank, int processes) {
   const auto start = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point failed_at;
-  try {
+  const std::exception_ptr error = harness::capture([&] {
     repl.run([&](ReplicaContext& ctx) {
       std::vector<float> v(1 << 16, 1.f);
       for (int i = 0;; ++i) {
@@ -130,20 +123,11 @@ int kill_one(Replicator& repl, int rank, int processes) {
         ctx.all_reduce(v);
       }
     });
-  } catch (const PeerLost& e) {
-    failed_at = std::chrono::steady_clock::now();
-    std::printf("peer-lost after %lld ms: %s\n",
-                static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                    failed_at - start).count()), e.what());
-    return 0;
-  } catch (const Aborted& e) {
-    std::printf("peer-lost (released) : %s\n", e.what());
-    return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "unexpected: %s\n", e.what());
-    return 1;
-  }
-  return 1;
+  });
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - start).count();
+  const std::string after = "peer-lost after " + std::to_string(ms) + " ms";
+  return report<PeerLost, Aborted>(error, after.c_str());
 }
 
 }  // namespace
