@@ -11,6 +11,7 @@ packages=(
   libgloo-dev libhiredis-dev redis-server iproute2
   libtorch-dev zlib1g-dev dataset-fashion-mnist python3-torch python3-numpy
   libjemalloc2
+  clang-format clang-tidy time
 )
 
 missing=()

@@ -17,6 +17,8 @@ run_ctest() { ctest --no-tests=error --output-on-failure "$@"; }
 
 echo "== release build and tests"
 "$root/scripts/build.sh" "$root/build" "${full[@]}"
+echo "== lint: line length, clang-format (whole tree), clang-tidy (the layers below LibTorch)"
+LINT_ALL=1 LINT_TIDY=core LINT_JOBS=2 "$root/scripts/lint.sh" "$root/build"
 run_ctest --test-dir "$root/build" -j2 -L unit
 echo "== multi-process tests (mpi, gloo)"
 run_ctest --test-dir "$root/build" -L multiproc

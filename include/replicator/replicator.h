@@ -56,7 +56,7 @@ class Replicator {
   // the other processes (blocks until all have joined, at most config.timeout). Throws
   // ConfigError on a bad config or when processes disagree on local_replicas, and the
   // engine's errors (Timeout, PeerLost) when the rendezvous fails.
-  explicit Replicator(Config config = Config{});
+  explicit Replicator(const Config& config = Config{});
   // Stops and joins the replica threads. Not to be called while run() is in progress.
   ~Replicator();
   Replicator(const Replicator&) = delete;

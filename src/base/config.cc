@@ -38,7 +38,7 @@ std::chrono::microseconds parse_duration(std::string_view text, std::string_view
   long long scale = 0;  // microseconds per unit
   if (unit.empty() || unit == "ms") scale = 1000;
   if (unit == "us") scale = 1;
-  if (unit == "s") scale = 1000 * 1000;
+  if (unit == "s") scale = 1000LL * 1000;
   if (unit == "m" || unit == "min") scale = 60LL * 1000 * 1000;
   if (scale == 0) throw bad();
   if (n > (365LL * 24 * 3600 * 1000 * 1000) / scale) {
@@ -130,12 +130,12 @@ Config Config::from_env() {
   if (detail::launched_by_mpi()) config.engine = Engine::kMpi;
   // ... and tells how many of its processes share this host.
   for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
-    if (const char* value = std::getenv(var)) config.set("host-processes", value);
+    if (const char* value = detail::env(var)) config.set("host-processes", value);
   }
   for (const auto& [option, help] : options()) {
     std::string var = "REPLICATOR_";
     for (const char c : option) var += c == '-' ? '_' : static_cast<char>(std::toupper(c));
-    if (const char* value = std::getenv(var.c_str())) {
+    if (const char* value = detail::env(var.c_str())) {
       try {
         config.set(option, value);
       } catch (const ConfigError& e) {

@@ -192,7 +192,8 @@ void tree_reduce_typed(const ReduceCall& c, ReduceScratch& scratch) {
       }
     }
     // Leftover subtrees of decreasing size combine right to left.
-    while (depth >= 2) merge(depth == 2);
+    // merge() pops one subtree (it lowers depth).
+    while (depth >= 2) merge(depth == 2);  // NOLINT(bugprone-infinite-loop)
 
     if constexpr (kSameOut) {
       if (written) {

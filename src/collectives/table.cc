@@ -157,7 +157,8 @@ void describe_permute(const Call& call, int, int n, Descriptor& d) {
   // Pairs are few; a quadratic duplicate check needs no scratch memory.
   std::uint64_t layout = call.pairs.size();
   for (std::size_t i = 0; i < call.pairs.size(); ++i) {
-    const auto [src, dst] = call.pairs[i];
+    const int src = call.pairs[i].first;  // named, not bound: the messages capture them
+    const int dst = call.pairs[i].second;
     require(src >= 0 && src < n && dst >= 0 && dst < n, [&] {
       return name_of(call) + ": pair (" + std::to_string(src) + ", " + std::to_string(dst) +
              ") names a replica outside [0, " + std::to_string(n) + ")";

@@ -40,7 +40,7 @@ void check_same_local_replicas(detail::Transport& transport, int local,
 
 }  // namespace
 
-Replicator::Replicator(Config config)
+Replicator::Replicator(const Config& config)
     : Replicator(config, (config.validate(), detail::make_transport(config))) {}
 
 Replicator::Replicator(Config config, std::unique_ptr<detail::Transport> transport)

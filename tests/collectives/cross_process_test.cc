@@ -4,11 +4,11 @@
 // semantics (mismatch, failure release) across processes.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <bit>
+#include <chrono>
 #include <cstring>
 #include <functional>
-#include <atomic>
-#include <chrono>
 #include <vector>
 
 #include "replicator/replicator.h"
@@ -43,12 +43,10 @@ using Step = std::function<void(ReplicaContext&)>;
 enum class Wire { kGloo, kMpi };
 
 // Runs `step` on P fake processes of L replicas each; returns what each process's run threw.
-std::vector<std::exception_ptr> run_processes(int P, int L, const Step& step,
-                                              std::chrono::milliseconds timeout =
-                                                  std::chrono::seconds(30),
-                                              Wire wire = Wire::kGloo) {
-  auto network = std::make_shared<testing::FakeNetwork>(P, wire == Wire::kGloo,
-                                                        wire == Wire::kMpi);
+std::vector<std::exception_ptr> run_processes(
+    int P, int L, const Step& step, std::chrono::milliseconds timeout = std::chrono::seconds(30),
+    Wire wire = Wire::kGloo) {
+  auto network = std::make_shared<testing::FakeNetwork>(P, wire == Wire::kGloo, wire == Wire::kMpi);
   return harness::run_threads(P, [&](int rank) {
     Config config;
     config.local_replicas = L;
@@ -98,23 +96,30 @@ TEST_P(LayoutTest, AllReduceBitsMatchTheLocalEngine) {
       std::vector<std::vector<float>> got(static_cast<std::size_t>(R));
       std::vector<std::vector<bfloat16>> got_bf(static_cast<std::size_t>(R));
       std::vector<std::vector<std::int32_t>> got_fused(static_cast<std::size_t>(R));
-      EXPECT_EQ(harness::all_errors(run_processes(P, L, [&](ReplicaContext& ctx) {
-        ASSERT_EQ(ctx.num_replicas(), R);
-        auto v = data_of(ctx.replica_id(), n);
-        std::vector<bfloat16> b;
-        for (float x : v) b.emplace_back(x);
-        ctx.all_reduce(v);
-        ctx.all_reduce(b, {.op = ReduceOp::kMean});
-        // Fused, mixed dtypes: floats again plus integers with a closed form.
-        auto f = data_of(ctx.replica_id(), n);
-        std::vector<std::int32_t> k(n / 2 + 3, ctx.replica_id() + 1);
-        const Buffer fused[] = {Buffer::of(std::span(f)), Buffer::of(std::span(k))};
-        ctx.all_reduce(std::span<const Buffer>(fused));
-        EXPECT_EQ(std::memcmp(f.data(), v.data(), n * sizeof(float)), 0);
-        got[static_cast<std::size_t>(ctx.replica_id())] = v;
-        got_bf[static_cast<std::size_t>(ctx.replica_id())] = b;
-        got_fused[static_cast<std::size_t>(ctx.replica_id())] = k;
-      }, std::chrono::seconds(30), wire), "process"), "");
+      EXPECT_EQ(
+          harness::all_errors(
+              run_processes(
+                  P, L,
+                  [&](ReplicaContext& ctx) {
+                    ASSERT_EQ(ctx.num_replicas(), R);
+                    auto v = data_of(ctx.replica_id(), n);
+                    std::vector<bfloat16> b;
+                    for (float x : v) b.emplace_back(x);
+                    ctx.all_reduce(v);
+                    ctx.all_reduce(b, {.op = ReduceOp::kMean});
+                    // Fused, mixed dtypes: floats again plus integers with a closed form.
+                    auto f = data_of(ctx.replica_id(), n);
+                    std::vector<std::int32_t> k(n / 2 + 3, ctx.replica_id() + 1);
+                    const Buffer fused[] = {Buffer::of(std::span(f)), Buffer::of(std::span(k))};
+                    ctx.all_reduce(std::span<const Buffer>(fused));
+                    EXPECT_EQ(std::memcmp(f.data(), v.data(), n * sizeof(float)), 0);
+                    got[static_cast<std::size_t>(ctx.replica_id())] = v;
+                    got_bf[static_cast<std::size_t>(ctx.replica_id())] = b;
+                    got_fused[static_cast<std::size_t>(ctx.replica_id())] = k;
+                  },
+                  std::chrono::seconds(30), wire),
+              "process"),
+          "");
       for (int r = 0; r < R; ++r) {
         const auto u = static_cast<std::size_t>(r);
         ASSERT_EQ(got[u].size(), n);
@@ -133,70 +138,88 @@ TEST_P(LayoutTest, EveryCollectiveAcrossProcesses) {
   const auto [P, L] = GetParam();
   const int R = P * L;
   for (const std::size_t n : {std::size_t{0}, std::size_t{3}, std::size_t{4099}}) {
-    EXPECT_EQ(harness::all_errors(run_processes(P, L, [&](ReplicaContext& ctx) {
-      const int me = ctx.replica_id();
-      const auto value = [](int r, std::size_t i) { return static_cast<double>(r * 1000 + i % 97); };
-      // all_gather
-      std::vector<double> in(n), out(n * static_cast<std::size_t>(R), -1);
-      for (std::size_t i = 0; i < n; ++i) in[i] = value(me, i);
-      ctx.all_gather(in, out);
-      for (int r = 0; r < R; ++r) {
-        for (std::size_t i = 0; i < n; ++i) {
-          ASSERT_EQ(out[static_cast<std::size_t>(r) * n + i], value(r, i)) << "all_gather";
-        }
-      }
-      // gather to the last replica and to replica 0: the root's output holds every input,
-      // the others' (empty) output is not touched
-      for (const int root : {R - 1, 0}) {
-        std::vector<double> g(me == root ? n * static_cast<std::size_t>(R) : 0, -1);
-        ctx.gather(in, g, {.root = root});
-        for (int r = 0; me == root && r < R; ++r) {
-          for (std::size_t i = 0; i < n; ++i) {
-            ASSERT_EQ(g[static_cast<std::size_t>(r) * n + i], value(r, i)) << "gather " << root;
-          }
-        }
-      }
-      // broadcast from the last replica (another process for most)
-      std::vector<double> b(n);
-      for (std::size_t i = 0; i < n; ++i) b[i] = value(me, i);
-      ctx.broadcast(b, {.root = R - 1});
-      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(b[i], value(R - 1, i)) << "broadcast";
-      // reduce_scatter: block k of replica r holds r + k
-      std::vector<std::int64_t> rs_in(n * static_cast<std::size_t>(R)), rs_out(n, -1);
-      for (int k = 0; k < R; ++k) {
-        for (std::size_t i = 0; i < n; ++i) rs_in[static_cast<std::size_t>(k) * n + i] = me + k + static_cast<std::int64_t>(i);
-      }
-      ctx.reduce_scatter(rs_in, rs_out);
-      for (std::size_t i = 0; i < n; ++i) {
-        // sum over r of (r + me + i) = R(R-1)/2 + R(me + i)
-        ASSERT_EQ(rs_out[i], R * (R - 1) / 2 + R * (me + static_cast<std::int64_t>(i))) << "reduce_scatter";
-      }
-      // all_to_all: block j of replica r's input is 100 r + j
-      std::vector<std::int32_t> a_in(n * static_cast<std::size_t>(R)), a_out(n * static_cast<std::size_t>(R), -1);
-      for (int j = 0; j < R; ++j) {
-        for (std::size_t i = 0; i < n; ++i) a_in[static_cast<std::size_t>(j) * n + i] = 100 * me + j;
-      }
-      ctx.all_to_all(a_in, a_out);
-      for (int j = 0; j < R; ++j) {
-        for (std::size_t i = 0; i < n; ++i) {
-          ASSERT_EQ(a_out[static_cast<std::size_t>(j) * n + i], 100 * j + me) << "all_to_all";
-        }
-      }
-      // permute: ring shift r -> r + 1, except that R - 1 sends nowhere (0 gets zeros)
-      std::vector<PermutePair> pairs;
-      for (int r = 0; r + 1 < R; ++r) pairs.emplace_back(r, r + 1);
-      std::vector<float> p_in(n, static_cast<float>(me + 1)), p_out(n, -1.f);
-      ctx.permute(p_in, p_out, pairs);
-      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(p_out[i], static_cast<float>(me)) << "permute";
-      ctx.barrier();
-    }), "process"), "");
+    EXPECT_EQ(
+        harness::all_errors(
+            run_processes(
+                P, L,
+                [&](ReplicaContext& ctx) {
+                  const int me = ctx.replica_id();
+                  const auto value = [](int r, std::size_t i) {
+                    return static_cast<double>(r * 1000 + i % 97);
+                  };
+                  // all_gather
+                  std::vector<double> in(n), out(n * static_cast<std::size_t>(R), -1);
+                  for (std::size_t i = 0; i < n; ++i) in[i] = value(me, i);
+                  ctx.all_gather(in, out);
+                  for (int r = 0; r < R; ++r) {
+                    for (std::size_t i = 0; i < n; ++i) {
+                      ASSERT_EQ(out[static_cast<std::size_t>(r) * n + i], value(r, i))
+                          << "all_gather";
+                    }
+                  }
+                  // gather to the last replica and to replica 0: the root's output holds every
+                  // input, the others' (empty) output is not touched
+                  for (const int root : {R - 1, 0}) {
+                    std::vector<double> g(me == root ? n * static_cast<std::size_t>(R) : 0, -1);
+                    ctx.gather(in, g, {.root = root});
+                    for (int r = 0; me == root && r < R; ++r) {
+                      for (std::size_t i = 0; i < n; ++i) {
+                        ASSERT_EQ(g[static_cast<std::size_t>(r) * n + i], value(r, i))
+                            << "gather " << root;
+                      }
+                    }
+                  }
+                  // broadcast from the last replica (another process for most)
+                  std::vector<double> b(n);
+                  for (std::size_t i = 0; i < n; ++i) b[i] = value(me, i);
+                  ctx.broadcast(b, {.root = R - 1});
+                  for (std::size_t i = 0; i < n; ++i)
+                    ASSERT_EQ(b[i], value(R - 1, i)) << "broadcast";
+                  // reduce_scatter: block k of replica r holds r + k
+                  std::vector<std::int64_t> rs_in(n * static_cast<std::size_t>(R)), rs_out(n, -1);
+                  for (int k = 0; k < R; ++k) {
+                    for (std::size_t i = 0; i < n; ++i)
+                      rs_in[static_cast<std::size_t>(k) * n + i] =
+                          me + k + static_cast<std::int64_t>(i);
+                  }
+                  ctx.reduce_scatter(rs_in, rs_out);
+                  for (std::size_t i = 0; i < n; ++i) {
+                    // sum over r of (r + me + i) = R(R-1)/2 + R(me + i)
+                    ASSERT_EQ(rs_out[i], R * (R - 1) / 2 + R * (me + static_cast<std::int64_t>(i)))
+                        << "reduce_scatter";
+                  }
+                  // all_to_all: block j of replica r's input is 100 r + j
+                  std::vector<std::int32_t> a_in(n * static_cast<std::size_t>(R)),
+                      a_out(n * static_cast<std::size_t>(R), -1);
+                  for (int j = 0; j < R; ++j) {
+                    for (std::size_t i = 0; i < n; ++i)
+                      a_in[static_cast<std::size_t>(j) * n + i] = 100 * me + j;
+                  }
+                  ctx.all_to_all(a_in, a_out);
+                  for (int j = 0; j < R; ++j) {
+                    for (std::size_t i = 0; i < n; ++i) {
+                      ASSERT_EQ(a_out[static_cast<std::size_t>(j) * n + i], 100 * j + me)
+                          << "all_to_all";
+                    }
+                  }
+                  // permute: ring shift r -> r + 1, except that R - 1 sends nowhere (0 gets zeros)
+                  std::vector<PermutePair> pairs;
+                  for (int r = 0; r + 1 < R; ++r) pairs.emplace_back(r, r + 1);
+                  std::vector<float> p_in(n, static_cast<float>(me + 1)), p_out(n, -1.f);
+                  ctx.permute(p_in, p_out, pairs);
+                  for (std::size_t i = 0; i < n; ++i)
+                    ASSERT_EQ(p_out[i], static_cast<float>(me)) << "permute";
+                  ctx.barrier();
+                }),
+            "process"),
+        "");
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, LayoutTest,
                          ::testing::Values(Layout{2, 1}, Layout{4, 1}, Layout{2, 2}, Layout{3, 1},
-                                           Layout{3, 2}, Layout{2, 3}, Layout{6, 1},
-                                           Layout{1, 4}, Layout{5, 1}),
+                                           Layout{3, 2}, Layout{2, 3}, Layout{6, 1}, Layout{1, 4},
+                                           Layout{5, 1}),
                          [](const auto& info) {
                            return std::to_string(info.param.processes) + "x" +
                                   std::to_string(info.param.local);
@@ -274,26 +297,24 @@ TEST(CrossProcessTest, TimeoutNamesTheReplicasOfTheLateProcess) {
   // Process 1 is late: it calls only once process 0 has raised its Timeout, and is then
   // released by the abort of process 0.
   harness::CountDown timed_out(1);
-  const auto errors = run_processes(
-      2, 2,
-      [&](ReplicaContext& ctx) {
-        if (ctx.replica_id() >= 2) {
-          EXPECT_TRUE(timed_out.wait_for(std::chrono::seconds(30))) << "process 0 never timed out";
-        }
-        std::vector<float> v(10, 1.f);
-        try {
-          ctx.all_reduce(v, {.timeout = std::chrono::milliseconds(200)});
-        } catch (const Timeout& e) {
-          if (ctx.replica_id() < 2) {
-            EXPECT_EQ(e.missing(), (std::vector<int>{2, 3})) << e.what();
-            EXPECT_NE(std::string(e.what()).find("process 1 (replicas 2-3)"), std::string::npos)
-                << e.what();
-            ++timeouts;
-            timed_out.count_down();
-          }
-          throw;
-        }
-      });
+  const auto errors = run_processes(2, 2, [&](ReplicaContext& ctx) {
+    if (ctx.replica_id() >= 2) {
+      EXPECT_TRUE(timed_out.wait_for(std::chrono::seconds(30))) << "process 0 never timed out";
+    }
+    std::vector<float> v(10, 1.f);
+    try {
+      ctx.all_reduce(v, {.timeout = std::chrono::milliseconds(200)});
+    } catch (const Timeout& e) {
+      if (ctx.replica_id() < 2) {
+        EXPECT_EQ(e.missing(), (std::vector<int>{2, 3})) << e.what();
+        EXPECT_NE(std::string(e.what()).find("process 1 (replicas 2-3)"), std::string::npos)
+            << e.what();
+        ++timeouts;
+        timed_out.count_down();
+      }
+      throw;
+    }
+  });
   EXPECT_GE(timeouts.load(), 1);
   EXPECT_EQ(harness::first_not_raising<Error>(errors, {}, "process"), "");
 }

@@ -20,8 +20,9 @@ namespace replicator::testing {
 
 class FakeNetwork : public std::enable_shared_from_this<FakeNetwork> {
  public:
-  // `receives_ahead`, `receives_shorter`: what the endpoints' traits() say (every way of the algorithms runs over it). A message longer
-  // than its receive, or shorter where receives_shorter is false, fails the wait.
+  // `receives_ahead`, `receives_shorter`: what the endpoints' traits() say (every way of the
+  // algorithms runs over it). A message longer than its receive, or shorter where receives_shorter
+  // is false, fails the wait.
   explicit FakeNetwork(int processes, bool receives_ahead = true, bool receives_shorter = false)
       : processes_(processes),
         receives_ahead_(receives_ahead),
@@ -84,8 +85,8 @@ class FakeTransport : public detail::Transport {
         }
         if (net.cv_.wait_until(lock, deadline) == std::cv_status::timeout && queue.empty()) {
           l.recvs.clear();
-          throw Timeout("fake exchange timed out", "exchange", 0,
-                        std::chrono::milliseconds(0), {r.peer});
+          throw Timeout("fake exchange timed out", "exchange", 0, std::chrono::milliseconds(0),
+                        {r.peer});
         }
       }
       std::vector<std::byte>& message = queue.front();

@@ -1,11 +1,12 @@
 // The chooser's table (src/collectives/plan.h) and the host's waiting policy
 // (src/runtime/host_policy.h): pure functions, checked at the boundaries of each choice.
+#include "src/collectives/plan.h"
+
 #include <gtest/gtest.h>
 
 #include <limits>
 
 #include "src/collectives/frames.h"
-#include "src/collectives/plan.h"
 #include "src/runtime/host_policy.h"
 
 namespace replicator::detail {
@@ -53,8 +54,7 @@ TEST(ChooseAllReduceTest, InFrameWhileEveryRowFitsTheFramePayload) {
 TEST(ChooseAllReduceTest, GatheredUpTo16KiBUnlessItTurnsEagerMessagesIntoRendezvous) {
   // Gloo has no eager limit: gathered up to kGatherBytes of rows.
   EXPECT_EQ(plan_for(kGatherBytes, 1, 2, kGlooLike).algorithm, AllReduceAlgorithm::kGathered);
-  EXPECT_EQ(plan_for(kGatherBytes + 8, 1, 2, kGlooLike).algorithm,
-            AllReduceAlgorithm::kPipelined);
+  EXPECT_EQ(plan_for(kGatherBytes + 8, 1, 2, kGlooLike).algorithm, AllReduceAlgorithm::kPipelined);
   // OpenMPI sends 4000 bytes eagerly: a 4000-byte row goes gathered; an 8 KiB row whose owner
   // parts (4 KiB) are still eager is better pipelined; a 16 KiB row (parts of 8 KiB) gathered.
   EXPECT_EQ(plan_for(4000, 1, 2, kMpiLike).algorithm, AllReduceAlgorithm::kGathered);

@@ -1,13 +1,13 @@
 // The reduction kernel's streamed outputs (non-temporal stores) give the same bits as its
 // cached ones, whatever the dtype, op, alignment, length, leaf kind and aliasing.
+#include "src/collectives/reduce_kernel.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <vector>
-
-#include "src/collectives/reduce_kernel.h"
 
 namespace replicator::detail {
 namespace {

@@ -95,9 +95,9 @@ TEST(ConfigTest, OptionsListsEveryNameSetAccepts) {
     names.push_back(name);
     EXPECT_FALSE(help.empty()) << name;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"local-replicas", "timeout", "spin",
-                                             "host-processes", "engine", "rank", "world-size",
-                                             "store", "host", "job"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"local-replicas", "timeout", "spin", "host-processes",
+                                      "engine", "rank", "world-size", "store", "host", "job"}));
 }
 
 TEST(ConfigTest, EngineOptions) {

@@ -308,7 +308,8 @@ namespace {
 TEST(HalfConvertTest, BulkConversionsMatchScalarOnes) {
   std::mt19937 rng(7);
   std::vector<float> in;
-  for (int i = 0; i < 20000; ++i) in.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(rng())));
+  for (int i = 0; i < 20000; ++i)
+    in.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(rng())));
   for (float v : {0.0f, -0.0f, 1.0f, 65504.0f, 65520.0f, 1e-8f, 6e-8f, 3.0e38f, 1.00390625f,
                   1.01171875f, std::numeric_limits<float>::infinity()}) {
     in.push_back(v);

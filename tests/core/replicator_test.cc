@@ -68,9 +68,8 @@ TEST(ReplicatorTest, VoidStepReturnsPerReplicaVoidOfTheRightSize) {
 TEST(ReplicatorTest, CurrentIsTheRunningReplicasContextAndNullOutside) {
   Replicator replicator(Config{.local_replicas = 3});
   EXPECT_EQ(ReplicaContext::current(), nullptr);
-  const auto same = replicator.run([](ReplicaContext& ctx) {
-    return ReplicaContext::current() == &ctx;
-  });
+  const auto same =
+      replicator.run([](ReplicaContext& ctx) { return ReplicaContext::current() == &ctx; });
   for (int r = 0; r < 3; ++r) EXPECT_TRUE(same[r]) << "replica " << r;
   EXPECT_EQ(ReplicaContext::current(), nullptr);
 }

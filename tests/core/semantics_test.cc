@@ -645,8 +645,7 @@ TEST(TimeoutTest, ConfigTimeoutNamesTheSleeper) {
 TEST(TimeoutTest, ConfigTimeoutNamesSeveralSleepers) {
   const milliseconds deadline(200);
   Replicator repl(with_replicas(4, deadline));
-  const TimeoutOutcome outcome =
-      run_with_sleepers(repl, {0, 3}, barrier_step, barrier_step);
+  const TimeoutOutcome outcome = run_with_sleepers(repl, {0, 3}, barrier_step, barrier_step);
   expect_timeout_outcome(outcome, {0, 3}, deadline, "barrier");
   expect_healthy(repl);
 }
@@ -746,23 +745,21 @@ TEST(InvalidArgumentTest, AllGatherOutputOfWrongSize) {
 }
 
 TEST(InvalidArgumentTest, GatherRootOutputOfWrongSizeOrRootOutOfRange) {
-  Replicator repl(with_replicas(2));
-  const auto caught = run_and_catch(repl, [](ReplicaContext& ctx) {
-    std::vector<float> in(4), out(ctx.replica_id() == 0 ? 7 : 0);
-    ctx.gather(in, out);  // the root's output must hold 8
-  });
-  const auto e = caught_as<InvalidArgument>(caught[0]);
-  ASSERT_TRUE(e) << describe(caught[0]);
-  EXPECT_HAS_SUBSTR(std::string(e->what()), "gather: output must hold input.size() * "
-                                            "num_replicas() = 8 elements, got 7");
-  const auto bad_root = run_and_catch(repl, [](ReplicaContext& ctx) {
-    std::vector<float> in(4), out(8);
-    ctx.gather(in, out, {.root = 2});
-  });
-  const auto root_error = caught_as<InvalidArgument>(bad_root[1]);
-  ASSERT_TRUE(root_error) << describe(bad_root[1]);
-  EXPECT_HAS_SUBSTR(std::string(root_error->what()), "root must be a replica id in [0, 2), got 2");
-  expect_healthy(repl);
+  // Each replica names itself the root, so each checks its own output (before any
+  // communication): 7 elements where 2 x 4 are needed.
+  expect_invalid_everywhere(2,
+                            [](ReplicaContext& ctx) {
+                              std::vector<float> in(4), out(7);
+                              ctx.gather(in, out, {.root = ctx.replica_id()});
+                            },
+                            {"gather: output must hold input.size() * num_replicas() = 8 "
+                             "elements, got 7"});
+  expect_invalid_everywhere(3,
+                            [](ReplicaContext& ctx) {
+                              std::vector<float> in(4), out(12);
+                              ctx.gather(in, out, {.root = 3});
+                            },
+                            {"gather: root must be a replica id in [0, 3), got 3"});
 }
 
 TEST(InvalidArgumentTest, ReduceScatterInputNotReplicasTimesOutput) {

@@ -37,10 +37,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <span>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -392,7 +392,9 @@ TEST(Worker, AbortReleasesLocalWaitersAndPeers) {
     // Aborted (its 20 s deadline would have raised Timeout).
     const RecvOp recv{0, &byte, 1};
     const harness::Interrupted waited = harness::interrupt_when_blocked(
-        [&] { return t->post(1, {}, {&recv, 1}); },
+        [&] {
+          return t->post(1, {}, {&recv, 1});
+        },
         [&](Transport::Ticket ticket) {
           t->wait(1, ticket, Clock::now() + std::chrono::seconds(20));
         },

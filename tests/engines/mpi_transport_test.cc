@@ -5,7 +5,6 @@
 // The latency comparison with MPI_Sendrecv is a disabled test:
 //   mpirun -np 2 mpi_transport_test --gtest_also_run_disabled_tests --gtest_filter='*Latency*'
 #include "src/engines/mpi/mpi_transport.h"
-#include "src/engines/native.h"
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -22,6 +21,7 @@
 #include <vector>
 
 #include "replicator/errors.h"
+#include "src/engines/native.h"
 #include "tests/harness/harness.h"
 
 namespace replicator::detail {
@@ -230,7 +230,9 @@ TEST(MpiTransport, AbortReleasesOtherLanes) {
   std::uint8_t byte = 0;
   const RecvOp recv{next, &byte, 1};  // never sent
   const harness::Interrupted waited = harness::interrupt_when_blocked(
-      [&] { return t->post(1, {}, {&recv, 1}); },
+      [&] {
+        return t->post(1, {}, {&recv, 1});
+      },
       [&](Transport::Ticket ticket) { t->wait(1, ticket, after(milliseconds(30000))); },
       [&] { t->abort("local failure"); });
   EXPECT_TRUE(waited.started) << "post() did not return";

@@ -13,12 +13,13 @@
 //              all_reduces; the others print "peer-lost after <ms> ms" and exit 0 if
 //              they get PeerLost (or Aborted, naming the lost process), 1 otherwise
 // Exit 0 when the scenario's expectation held, 1 otherwise.
-#include <csignal>
+#include <unistd.h>
+
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "replicator/replicator.h"
@@ -67,8 +68,10 @@ int digest(Replicator& repl) {
     std::fprintf(stderr, "processes disagree\n");
     return 1;
   }
-  if (repl.num_replicas() > 0 && repl.run([](ReplicaContext& ctx) { return ctx.replica_id(); })[0] == 0) {
-    std::printf("digest R=%d %016llx\n", repl.num_replicas(), static_cast<unsigned long long>(hashes[0]));
+  if (repl.num_replicas() > 0 &&
+      repl.run([](ReplicaContext& ctx) { return ctx.replica_id(); })[0] == 0) {
+    std::printf("digest R=%d %016llx\n", repl.num_replicas(),
+                static_cast<unsigned long long>(hashes[0]));
   }
   return 0;
 }
@@ -93,23 +96,27 @@ int report(const std::exception_ptr& error, const char* ok) {
 int mismatch(Replicator& repl, bool by_signature) {
   const int L = repl.num_local_replicas();
   return report<CollectiveMismatch>(harness::capture([&] {
-    repl.run([&](ReplicaContext& ctx) {
-      const bool first = ctx.replica_id() < L;
-      std::vector<float> v(by_signature || first ? 4 : 5, 1.f);
-      ctx.all_reduce(v, {.signature = by_signature && first ? 5u : 7u});
-    });
-  }), "mismatch ok");
+                                      repl.run([&](ReplicaContext& ctx) {
+                                        const bool first = ctx.replica_id() < L;
+                                        std::vector<float> v(by_signature || first ? 4 : 5, 1.f);
+                                        ctx.all_reduce(
+                                            v, {.signature = by_signature && first ? 5u : 7u});
+                                      });
+                                    }),
+                                    "mismatch ok");
 }
 
 // Aborted on the others, ReplicaFailed (replica 1's own error) on its process.
 int throw_in_step(Replicator& repl) {
   return report<Aborted, ReplicaFailed>(harness::capture([&] {
-    repl.run([&](ReplicaContext& ctx) {
-      if (ctx.replica_id() == 1) throw std::runtime_error("replica 1 gives up");
-      std::vector<float> v(1000, 1.f);
-      for (int i = 0; i < 100; ++i) ctx.all_reduce(v);
-    });
-  }), "released ok");
+                                          repl.run([&](ReplicaContext& ctx) {
+                                            if (ctx.replica_id() == 1)
+                                              throw std::runtime_error("replica 1 gives up");
+                                            std::vector<float> v(1000, 1.f);
+                                            for (int i = 0; i < 100; ++i) ctx.all_reduce(v);
+                                          });
+                                        }),
+                                        "released ok");
 }
 
 // PeerLost, or Aborted (released by a process that got PeerLost first, naming the lost one).
@@ -125,7 +132,8 @@ int kill_one(Replicator& repl, int rank, int processes) {
     });
   });
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      std::chrono::steady_clock::now() - start).count();
+                      std::chrono::steady_clock::now() - start)
+                      .count();
   const std::string after = "peer-lost after " + std::to_string(ms) + " ms";
   return report<PeerLost, Aborted>(error, after.c_str());
 }
@@ -141,8 +149,8 @@ int main(int argc, char** argv) {
   Config config = Config::from_env();
   Replicator repl(config);
   const int processes = repl.num_replicas() / repl.num_local_replicas();
-  const int rank = repl.run([](ReplicaContext& ctx) { return ctx.replica_id(); })[0] /
-                   repl.num_local_replicas();
+  const int rank =
+      repl.run([](ReplicaContext& ctx) { return ctx.replica_id(); })[0] / repl.num_local_replicas();
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (scenario == "digest") return digest(repl);
   if (scenario == "mismatch") return mismatch(repl, false);

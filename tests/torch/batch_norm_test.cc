@@ -32,9 +32,6 @@ using replicator::ReplicaContext;
 using replicator::Replicator;
 using replicator::testing::close;
 
-
-
-
 // What one training step of a batch norm produced.
 struct StepResult {
   torch::Tensor y, dx, dweight, dbias, running_mean, running_var, num_batches_tracked;

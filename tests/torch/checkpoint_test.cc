@@ -27,7 +27,6 @@ namespace fs = std::filesystem;
 namespace rt = replicator::torch;
 using replicator::DataError;
 
-
 // Linear → CrossReplicaBatchNorm1d → ReLU → Linear; `hidden` changes the shapes only.
 struct SmallNetImpl : torch::nn::Module {
   explicit SmallNetImpl(std::int64_t hidden = 8)

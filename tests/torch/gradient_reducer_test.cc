@@ -21,8 +21,8 @@
 
 #include "replicator/errors.h"
 #include "replicator/replicator.h"
-#include "tests/torch/close.h"
 #include "replicator/torch/batch_norm.h"
+#include "tests/torch/close.h"
 
 namespace {
 
@@ -32,8 +32,6 @@ using replicator::ReduceOp;
 using replicator::ReplicaContext;
 using replicator::Replicator;
 using replicator::testing::close;
-
-
 
 // Linear → CrossReplicaBatchNorm1d → ReLU → Linear.
 struct MlpImpl : torch::nn::Module {

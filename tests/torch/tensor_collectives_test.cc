@@ -32,7 +32,6 @@ using replicator::ReduceOp;
 using replicator::ReplicaContext;
 using replicator::Replicator;
 
-
 // "Type: message" of what `fn` throws, or "nothing".
 template <typename Fn>
 std::string error_of(Fn&& fn) {

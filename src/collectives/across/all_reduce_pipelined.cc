@@ -50,7 +50,8 @@ void all_reduce_pipelined(SliceReduce& s, const AllReducePlan& plan, Deadline de
     const auto [a, b] = part(q);
     steps = std::max(steps, (b - a + step_elements - 1) / step_elements);
   }
-  const auto [my_a, my_b] = part(rank);
+  const std::uint64_t my_a = part(rank).first;
+  const std::uint64_t my_b = part(rank).second;
   // Where a received step of partials lands: with every receive posted at once, each step
   // has its own place in rows as long as my part; otherwise a step is combined before the
   // next is received, so every step reuses one row as long as the largest step, which
@@ -115,7 +116,8 @@ void all_reduce_pipelined(SliceReduce& s, const AllReducePlan& plan, Deadline de
   };
   // Combines everyone's partials of chunk `step` of my part into the results.
   const auto combine_step = [&](std::uint64_t step) {
-    const auto [ma, mb] = chunk(rank, step);
+    const std::uint64_t ma = chunk(rank, step).first;
+    const std::uint64_t mb = chunk(rank, step).second;
     if (mb <= ma) return;
     const std::size_t own_offset = partial_bytes(buffers, lo, ma, op);
     const std::size_t received_offset = received_offset_of(ma);

@@ -28,7 +28,7 @@ class LocalEngine {
  public:
   using Clock = Waiter::Clock;
   // Bytes of each replica's staging area (one per parity of the sequence number).
-  static constexpr std::size_t kStagingBytes = 16 * 1024;
+  static constexpr std::size_t kStagingBytes = std::size_t{16} << 10;
 
   // `num_replicas` local replicas, global ids first .. first + num_replicas - 1 of a job of
   // `total` replicas. `timeout` is the default deadline; `spin` how long a waiting

@@ -101,8 +101,8 @@ struct MpiRuntime {
 };
 
 MpiRuntime& runtime() {
-  static auto* const instance = new MpiRuntime;
-  return *instance;
+  static auto* const kInstance = new MpiRuntime;
+  return *kInstance;
 }
 
 // Finalises MPI at exit if this library initialised it. Made by the first

@@ -1,9 +1,9 @@
 // Runs 4 replicas and checks an all_reduce and a gather through the installed headers and
 // libraries. Exit 0 when the results are right.
+#include <replicator/replicator.h>
+
 #include <cstdio>
 #include <vector>
-
-#include <replicator/replicator.h>
 
 int main() {
   replicator::Config config;
