@@ -147,4 +147,12 @@ const std::byte* exchange_frames(const Peers& p, const ProcessLayout& layout, La
                       deadline);
 }
 
+const Descriptor& start_exchange(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                                 Deadline deadline) {
+  exchange_frames(p, layout, lane, deadline, nullptr, 0);
+  lane.sends.clear();
+  lane.recvs.clear();
+  return p.mine();
+}
+
 }  // namespace replicator::detail

@@ -66,6 +66,12 @@ const std::byte* check_frames(const Peers& p, const ProcessLayout& layout, LaneS
 const std::byte* exchange_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
                                  Deadline deadline, const void* payload, std::size_t payload_bytes);
 
+// The start of every algorithm whose data follows the frames: exchanges header-only frames
+// (throws CollectiveMismatch), empties lane.sends and lane.recvs, returns this replica's
+// descriptor.
+const Descriptor& start_exchange(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                                 Deadline deadline);
+
 // Process `process`'s payload in the frames check_frames returned.
 inline const std::byte* payload_of(const std::byte* frames, int process) {
   return frames + static_cast<std::size_t>(process) * kFrameBytes + kHeaderBytes;

@@ -17,7 +17,10 @@ detail::Call call_of(detail::OpKind kind, const Options& options) {
   return call;
 }
 
-detail::Call with_io(detail::Call call, Buffer input, Buffer output) {
+// The call of collective `kind` from `input` to `output`.
+template <typename Options>
+detail::Call io_call(detail::OpKind kind, Buffer input, Buffer output, const Options& options) {
+  detail::Call call = call_of(kind, options);
   call.input = input;
   call.output = output;
   return call;
@@ -41,27 +44,26 @@ void ReplicaContext::broadcast(std::span<const Buffer> buffers, const BroadcastO
 
 void ReplicaContext::all_gather(Buffer input, Buffer output, const CollectiveOptions& options) {
   comm_->collective(local_id_, sequence_,
-                    with_io(call_of(detail::OpKind::kAllGather, options), input, output));
+                    io_call(detail::OpKind::kAllGather, input, output, options));
 }
 
 void ReplicaContext::gather(Buffer input, Buffer output, const GatherOptions& options) {
-  comm_->collective(local_id_, sequence_,
-                    with_io(call_of(detail::OpKind::kGather, options), input, output));
+  comm_->collective(local_id_, sequence_, io_call(detail::OpKind::kGather, input, output, options));
 }
 
 void ReplicaContext::reduce_scatter(Buffer input, Buffer output, const ReduceOptions& options) {
   comm_->collective(local_id_, sequence_,
-                    with_io(call_of(detail::OpKind::kReduceScatter, options), input, output));
+                    io_call(detail::OpKind::kReduceScatter, input, output, options));
 }
 
 void ReplicaContext::all_to_all(Buffer input, Buffer output, const CollectiveOptions& options) {
   comm_->collective(local_id_, sequence_,
-                    with_io(call_of(detail::OpKind::kAllToAll, options), input, output));
+                    io_call(detail::OpKind::kAllToAll, input, output, options));
 }
 
 void ReplicaContext::permute(Buffer input, Buffer output, std::span<const PermutePair> pairs,
                              const CollectiveOptions& options) {
-  detail::Call call = with_io(call_of(detail::OpKind::kPermute, options), input, output);
+  detail::Call call = io_call(detail::OpKind::kPermute, input, output, options);
   call.pairs = pairs;
   comm_->collective(local_id_, sequence_, call);
 }

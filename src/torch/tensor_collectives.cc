@@ -110,13 +110,21 @@ void all_reduce(ReplicaContext& ctx, const ::torch::Tensor& tensor, const Reduce
   all_reduce(ctx, std::vector<::torch::Tensor>{tensor}, options);
 }
 
+// Runs `collective(buffers, options)` in place over `tensors` (staged where not contiguous),
+// with the shapes' signature in the options.
+template <typename Options, typename Collective>
+void in_place(const std::vector<::torch::Tensor>& tensors, const char* name, Options options,
+              Collective&& collective) {
+  Staged staged(tensors, name);
+  options.signature = shape_signature(tensors, options.signature);
+  collective(staged.buffers(), options);
+  staged.write_back();
+}
+
 void all_reduce(ReplicaContext& ctx, const std::vector<::torch::Tensor>& tensors,
                 const ReduceOptions& options) {
-  Staged staged(tensors, "all_reduce");
-  ReduceOptions o = options;
-  o.signature = shape_signature(tensors, options.signature);
-  ctx.all_reduce(staged.buffers(), o);
-  staged.write_back();
+  in_place(tensors, "all_reduce", options,
+           [&](std::span<const Buffer> b, const ReduceOptions& o) { ctx.all_reduce(b, o); });
 }
 
 void broadcast(ReplicaContext& ctx, const ::torch::Tensor& tensor,
@@ -126,11 +134,8 @@ void broadcast(ReplicaContext& ctx, const ::torch::Tensor& tensor,
 
 void broadcast(ReplicaContext& ctx, const std::vector<::torch::Tensor>& tensors,
                const BroadcastOptions& options) {
-  Staged staged(tensors, "broadcast");
-  BroadcastOptions o = options;
-  o.signature = shape_signature(tensors, options.signature);
-  ctx.broadcast(staged.buffers(), o);
-  staged.write_back();
+  in_place(tensors, "broadcast", options,
+           [&](std::span<const Buffer> b, const BroadcastOptions& o) { ctx.broadcast(b, o); });
 }
 
 // A fresh contiguous tensor of `shape` (in's dtype) that `collective(input, output, options)`

@@ -10,15 +10,12 @@ namespace replicator::detail {
 
 void all_gather_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
                        Deadline deadline) {
-  const Descriptor& d = p.mine();
-  exchange_frames(p, layout, lane, deadline, nullptr, 0);
+  const Descriptor& d = start_exchange(p, layout, lane, deadline);
   const std::size_t block = d.call.input.bytes();
   auto* out = static_cast<std::byte*>(d.call.output.data);
   const auto block_of = [&](int q) {
     return static_cast<std::size_t>(q * layout.local + p.me) * block;
   };
-  lane.sends.clear();
-  lane.recvs.clear();
   for (int q = 0; q < layout.processes; ++q) {
     if (q == layout.rank) continue;
     lane.sends.push_back({q, d.call.input.data, block});

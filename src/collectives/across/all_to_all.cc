@@ -10,13 +10,10 @@ namespace replicator::detail {
 
 void all_to_all_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
                        Deadline deadline) {
-  const Descriptor& d = p.mine();
-  exchange_frames(p, layout, lane, deadline, nullptr, 0);
+  const Descriptor& d = start_exchange(p, layout, lane, deadline);
   const std::size_t block = d.call.output.bytes() / static_cast<std::size_t>(layout.replicas());
   auto* out = static_cast<std::byte*>(d.call.output.data);
   const int L = layout.local;
-  lane.sends.clear();
-  lane.recvs.clear();
   for (int q = 0; q < layout.processes; ++q) {
     if (q == layout.rank) continue;
     for (int l = 0; l < L; ++l) {

@@ -10,16 +10,13 @@ namespace replicator::detail {
 
 void broadcast_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
                       Deadline deadline) {
-  const Descriptor& d = p.mine();
-  exchange_frames(p, layout, lane, deadline, nullptr, 0);
+  const Descriptor& d = start_exchange(p, layout, lane, deadline);
   const int root_process = d.root / layout.local;
   const int root_local = d.root % layout.local;
   const std::span<const Buffer> buffers = d.call.buffers;
   const auto [lo, hi] = slice_of(d.count, p.me, layout.local);
   const bool have_root = root_process == layout.rank;
   const int source = have_root ? root_local : 0;  // where this process's copy lands first
-  lane.sends.clear();
-  lane.recvs.clear();
   for_each_piece(buffers, lo, hi,
                  [&](std::size_t i, std::uint64_t at, std::uint64_t len, std::uint64_t) {
                    const std::size_t bytes = len * dtype_size(buffers[i].dtype);

@@ -11,13 +11,10 @@ namespace replicator::detail {
 
 void gather_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
                    Deadline deadline) {
-  const Descriptor& d = p.mine();
-  exchange_frames(p, layout, lane, deadline, nullptr, 0);
+  const Descriptor& d = start_exchange(p, layout, lane, deadline);
   const int L = layout.local;
   const int root_process = d.root / L;
   const std::size_t block = d.call.input.bytes();
-  lane.sends.clear();
-  lane.recvs.clear();
   if (layout.rank != root_process) {
     lane.sends.push_back({root_process, d.call.input.data, block});
     exchange(layout, p.me, lane.sends, lane.recvs, deadline, d);

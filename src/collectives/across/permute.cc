@@ -10,13 +10,10 @@ namespace replicator::detail {
 
 void permute_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
                     Deadline deadline) {
-  const Descriptor& d = p.mine();
-  exchange_frames(p, layout, lane, deadline, nullptr, 0);
+  const Descriptor& d = start_exchange(p, layout, lane, deadline);
   const int L = layout.local;
   const int me = layout.rank * L + p.me;
   const Buffer& out = d.call.output;
-  lane.sends.clear();
-  lane.recvs.clear();
   bool received = false;
   for (const auto& [src, dst] : d.call.pairs) {
     if (dst % L != p.me) continue;

@@ -11,8 +11,7 @@ namespace replicator::detail {
 
 void reduce_scatter_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
                            Deadline deadline) {
-  const Descriptor& d = p.mine();
-  exchange_frames(p, layout, lane, deadline, nullptr, 0);
+  const Descriptor& d = start_exchange(p, layout, lane, deadline);
   const Buffer& out = d.call.output;
   const int P = layout.processes;
   const int first_local = layout.rank * layout.local;
@@ -44,8 +43,6 @@ void reduce_scatter_across(const Peers& p, const ProcessLayout& layout, LaneScra
                   *p.scratch);
     }
   }
-  lane.sends.clear();
-  lane.recvs.clear();
   std::byte* cursor = received;
   for (int q = 0; q < P; ++q) {
     if (q == layout.rank) continue;
