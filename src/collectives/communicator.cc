@@ -1,6 +1,9 @@
 #include "src/collectives/communicator.h"
 
+#include <algorithm>
+
 #include "replicator/errors.h"
+#include "src/collectives/frames.h"
 #include "src/collectives/table.h"
 
 namespace replicator::detail {
@@ -44,8 +47,6 @@ void Communicator::collective(int me, std::uint64_t& sequence, const Call& call)
 
   engine_.arrive_and_wait(me, d, deadline, timeout);
   const std::span<const Descriptor* const> calls = engine_.calls(me, parity);
-  check_match(first, first + me, calls);
-
   const Peers peers{.me = me,
                     .n = engine_.size(),
                     .path = path,
@@ -54,6 +55,24 @@ void Communicator::collective(int me, std::uint64_t& sequence, const Call& call)
                     .scratch = &lane.scratch,
                     .in_ptrs = lane.in_ptrs,
                     .out_ptrs = lane.out_ptrs};
+  const bool same = std::all_of(calls.begin(), calls.end(),
+                                [&](const Descriptor* c) { return c->matches(*calls[0]); });
+  if (layout_ && !same) {
+    // This process's replicas disagree: the other processes learn it from this lane's frame
+    // (and raise CollectiveMismatch too, sending no data); here each replica raises the
+    // mismatch that names every local call.
+    try {
+      exchange_local_mismatch(peers, *layout_, lane.across, deadline);
+    } catch (const CollectiveMismatch&) {
+    } catch (const Error& e) {
+      engine_.fail(first + me, e.what());
+      layout_->transport->abort(e.what());
+      engine_.depart(me);
+      throw;
+    }
+    engine_.depart(me);
+  }
+  check_match(first, first + me, calls);
   if (layout_) {
     try {
       cross_process(peers, *layout_, lane.across, deadline);

@@ -1,5 +1,6 @@
 #include "src/collectives/frames.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -16,13 +17,14 @@ FrameHeader header_of(const Descriptor& d) {
           .kind = d.kind,
           .op = static_cast<std::uint8_t>(d.op),
           .dtype = static_cast<std::uint8_t>(d.dtype),
-          .unused = 0,
+          .flags = 0,
           .num_buffers = d.num_buffers};
 }
 
 bool same_call(const FrameHeader& a, const FrameHeader& b) {
   return a.sequence == b.sequence && a.count == b.count && a.layout == b.layout &&
-         a.root == b.root && a.kind == b.kind && a.op == b.op && a.dtype == b.dtype;
+         a.root == b.root && a.kind == b.kind && a.op == b.op && a.dtype == b.dtype &&
+         a.flags == b.flags;
 }
 
 std::string describe(const FrameHeader& h) {
@@ -87,11 +89,12 @@ void next_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane)
 // Posts this lane's frame (header + `payload`) to every other process, and the receives of
 // theirs unless they were posted ahead. Returns the ticket check_frames waits for.
 Transport::Ticket post_frame(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
-                             const void* payload, std::size_t payload_bytes) {
+                             const void* payload, std::size_t payload_bytes,
+                             const FrameHeader* flagged) {
   const int P = layout.processes;
   std::byte* frames = lane.frames.data();
   std::byte* mine = frames + static_cast<std::size_t>(layout.rank) * kFrameBytes;
-  const FrameHeader header = header_of(p.mine());
+  const FrameHeader header = flagged ? *flagged : header_of(p.mine());
   std::memcpy(mine, &header, sizeof header);
   if (payload_bytes > 0) std::memcpy(mine + kHeaderBytes, payload, payload_bytes);
   const std::size_t sent =
@@ -127,12 +130,32 @@ const std::byte* check_frames(const Peers& p, const ProcessLayout& layout, LaneS
   std::string message =
       "collective #" + std::to_string(header.sequence) + " does not match across processes: ";
   for (int q = 0; q < P; ++q) {
+    const std::byte* frame = frames + static_cast<std::size_t>(q) * kFrameBytes;
     FrameHeader theirs;
-    std::memcpy(&theirs, frames + static_cast<std::size_t>(q) * kFrameBytes, sizeof theirs);
+    std::memcpy(&theirs, frame, sizeof theirs);
     const std::string call = describe(theirs);
-    for (int l = 0; l < layout.local; ++l) calls.push_back(call);
     message += (q ? "; " : "") + std::string("process ") + std::to_string(q) + " (" +
-               replicas_of(layout, q) + ") called " + call;
+               replicas_of(layout, q) + ")";
+    if ((theirs.flags & kLocalMismatch) == 0) {
+      for (int l = 0; l < layout.local; ++l) calls.push_back(call);
+      message += " called " + call;
+      continue;
+    }
+    // That process's replicas disagree among themselves: local replicas before `other_local`
+    // called the header's call, replica `other_local` another; of the later ones this frame
+    // does not tell.
+    LocalMismatch odd;
+    std::memcpy(&odd, frame + kHeaderBytes, sizeof odd);
+    const std::string other = describe(odd.other);
+    const int first = q * layout.local;
+    const auto k = static_cast<int>(
+        std::min<std::uint32_t>(odd.other_local, static_cast<std::uint32_t>(layout.local - 1)));
+    for (int l = 0; l < layout.local; ++l) {
+      calls.push_back(l < k ? call : l == k ? other : "(not known across processes)");
+    }
+    message += " disagree among themselves: replica ";
+    message += std::to_string(first) + " called " + call;
+    message += ", replica " + std::to_string(first + k) + " called " + other;
   }
   message +=
       ". Every replica must issue the same collectives in the same order, with the "
@@ -153,6 +176,24 @@ const Descriptor& start_exchange(const Peers& p, const ProcessLayout& layout, La
   lane.sends.clear();
   lane.recvs.clear();
   return p.mine();
+}
+
+void exchange_local_mismatch(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                             Deadline deadline) {
+  start_frames(p, layout, lane);
+  std::size_t k = 0;
+  while (k < p.calls.size() && p.calls[k]->matches(*p.calls[0])) ++k;
+  FrameHeader flagged = header_of(*p.calls[0]);
+  flagged.flags = kLocalMismatch;
+  LocalMismatch odd{.other = header_of(*p.calls[std::min(k, p.calls.size() - 1)]),
+                    .other_local = static_cast<std::uint32_t>(k)};
+  try {
+    check_frames(p, layout, lane, post_frame(p, layout, lane, &odd, sizeof odd, &flagged),
+                 deadline);
+  } catch (const CollectiveMismatch&) {
+    next_frames(p, layout, lane);
+    throw;
+  }
 }
 
 }  // namespace replicator::detail

@@ -22,6 +22,10 @@ constexpr std::size_t kFrameBytes = 256;
 constexpr std::size_t kHeaderBytes = 40;
 constexpr std::size_t kFramePayload = kFrameBytes - kHeaderBytes;
 
+// A frame's flag: the replicas of the sending process called different collectives here;
+// the header is its local replica 0's call, the payload a LocalMismatch.
+inline constexpr std::uint8_t kLocalMismatch = 1;
+
 // The header every frame starts with.
 struct FrameHeader {
   std::uint64_t sequence;
@@ -31,12 +35,20 @@ struct FrameHeader {
   std::uint8_t kind;
   std::uint8_t op;
   std::uint8_t dtype;
-  std::uint8_t unused;
+  std::uint8_t flags;  // kLocalMismatch
   std::uint32_t num_buffers;
 };
 static_assert(sizeof(FrameHeader) <= kHeaderBytes);
 
 FrameHeader header_of(const Descriptor& d);
+// The payload of a kLocalMismatch frame: the first local replica whose call differs from
+// local replica 0's, and that call.
+struct LocalMismatch {
+  FrameHeader other;
+  std::uint32_t other_local;
+};
+static_assert(sizeof(LocalMismatch) <= kFramePayload);
+
 // Whether two headers name the same call (what every process must agree on).
 bool same_call(const FrameHeader& a, const FrameHeader& b);
 // "all_reduce(f32 x 1024, op=sum)" for a received header, whatever its bytes.
@@ -53,14 +65,24 @@ void next_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane)
 // Posts this lane's frame (header + `payload`, at most kFramePayload bytes) to every other
 // process, and the receives of theirs unless they were posted ahead. Returns the ticket
 // check_frames waits for.
+// `flagged`: a header to send instead of this replica's call's.
 Transport::Ticket post_frame(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
-                             const void* payload, std::size_t payload_bytes);
+                             const void* payload, std::size_t payload_bytes,
+                             const FrameHeader* flagged = nullptr);
 
 // Waits for the frames of `ticket` (post_frame's); throws CollectiveMismatch on every
 // replica if any process called something else. Returns the frames by process (this
 // process's own at its rank).
 const std::byte* check_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
                               Transport::Ticket ticket, Deadline deadline);
+
+// Where the local replicas of this process called different collectives (seen at the local
+// barrier), tells every other process on this lane, so that every replica of the job raises
+// CollectiveMismatch and none sends data: exchanges a kLocalMismatch frame and posts the next
+// frames' receives. Throws the CollectiveMismatch the frames show (or the transport's
+// errors).
+void exchange_local_mismatch(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                             Deadline deadline);
 
 // post_frame then check_frames.
 const std::byte* exchange_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,

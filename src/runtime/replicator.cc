@@ -91,6 +91,11 @@ void Replicator::run_erased(detail::StepRef step) {
   }
   try {
     pool_->run(step);
+  } catch (const CollectiveMismatch& e) {
+    // Every replica of every process raised it from the same frames, and none is left
+    // waiting: an abort notice now would only race the frames the peers still read.
+    if (layout_) broken_ = e.what();
+    throw;
   } catch (const std::exception& e) {
     // The other processes may be waiting for this one: release them.
     if (layout_) {

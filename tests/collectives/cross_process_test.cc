@@ -250,6 +250,39 @@ TEST(CrossProcessTest, MismatchIsRaisedOnEveryReplicaOfEveryProcess) {
   }
 }
 
+// The last replica alone differs: its process sees it at the local barrier and tells the
+// others through its frame; every replica of both processes raises CollectiveMismatch, and
+// the other process's message says that process 1's replicas disagree.
+TEST(CrossProcessTest, MismatchInsideOneProcessIsRaisedOnEveryReplicaOfEveryProcess) {
+  for (const Wire wire : {Wire::kGloo, Wire::kMpi}) {
+    for (const std::size_t odd_count : {std::size_t{5}, std::size_t{300001}}) {
+      std::atomic<int> mismatches{0};
+      const auto errors = run_processes(
+          2, 2,
+          [&](ReplicaContext& ctx) {
+            const bool odd = ctx.replica_id() == 3;
+            std::vector<float> v(odd ? odd_count : odd_count - 1, 1.f);
+            try {
+              ctx.all_reduce(v);
+            } catch (const CollectiveMismatch& e) {
+              if (ctx.replica_id() < 2) {
+                EXPECT_NE(std::string(e.what()).find("process 1 (replicas 2-3) disagree among "
+                                                     "themselves: replica 2 called all_reduce"),
+                          std::string::npos)
+                    << e.what();
+                EXPECT_EQ(e.calls().size(), 4u);
+              }
+              ++mismatches;
+              throw;
+            }
+          },
+          std::chrono::seconds(30), wire);
+      EXPECT_EQ(mismatches.load(), 4) << "mpi wire " << (wire == Wire::kMpi) << ", " << odd_count;
+      for (const auto& e : errors) EXPECT_TRUE(harness::caught_as<CollectiveMismatch>(e));
+    }
+  }
+}
+
 TEST(CrossProcessTest, GatherRootMismatchIsRaisedOnEveryReplicaOfEveryProcess) {
   for (const Wire wire : {Wire::kGloo, Wire::kMpi}) {
     std::atomic<int> mismatches{0};

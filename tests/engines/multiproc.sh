@@ -4,8 +4,9 @@
 #
 #   multiproc.sh BUILD_DIR CASE
 #
-# CASE: determinism-mpi, determinism-gloo, mismatch-mpi, mismatch-gloo, throw-mpi,
-#       throw-gloo, kill-mpi, kill-gloo, two-hosts-gloo
+# CASE: determinism-mpi, determinism-gloo, mismatch-mpi, mismatch-gloo,
+#       local-mismatch-mpi, local-mismatch-gloo, throw-mpi, throw-gloo, stop-mpi, stop-gloo,
+#       kill-mpi, kill-gloo, two-hosts-gloo
 # Exit 0 on success, 1 on failure, 77 when the case cannot run here (ctest: skipped).
 set -uo pipefail
 build="${1:?build dir}"
@@ -36,6 +37,26 @@ expect_same() {
   echo "R=$r: ${#@} layouts agree: $first"
 }
 
+# expect_mismatch_cases OUTPUT: every case of the local-mismatch scenario on both processes.
+expect_mismatch_cases() {
+  local n
+  n=$(grep -c ': mismatch ok' <<<"$1")
+  [[ $n == 20 ]] || fail "expected 10 cases x 2 processes 'mismatch ok', got $n: $1"
+  echo "local mismatch: 10 cases raised CollectiveMismatch on every replica of both processes"
+}
+
+# expect_stop_ended OUTPUT SECONDS: the stop scenario's survivor detected it, the job ended
+# within the deadline plus launcher time, and no process of it is left.
+expect_stop_ended() {
+  grep -q 'stop detected: Timeout' <<<"$1" || fail "the survivor did not time out: $1"
+  (( $2 < 60 )) || fail "the job took $2 s to end after a 3 s timeout: $1"
+  if pgrep -f "replicator_multiproc stop" > /dev/null; then
+    pkill -9 -f "replicator_multiproc stop"
+    fail "a process of the job was left behind: $1"
+  fi
+  echo "stopped process: the job ended after $2 s: $(grep -m1 'stop detected' <<<"$1")"
+}
+
 case "$case_name" in
   determinism-mpi)
     expect_same 4 "$(digest_local 4)" "$(digest_mpi 2 2)" "$(digest_mpi 4 1)"
@@ -59,6 +80,32 @@ case "$case_name" in
         fail "$out"
       [[ $(grep -c 'mismatch ok' <<<"$out") == 2 ]] || fail "$scenario: expected 2 'mismatch ok': $out"
     done
+    ;;
+  local-mismatch-mpi)
+    out=$("${mpi[@]}" -np 2 -x REPLICATOR_LOCAL_REPLICAS=2 "$prog" local-mismatch 2>&1) ||
+      fail "$out"
+    expect_mismatch_cases "$out"
+    ;;
+  local-mismatch-gloo)
+    out=$(timeout 120 "$launcher" launch -n 2 --local-replicas 2 -- "$prog" local-mismatch 2>&1) ||
+      fail "$out"
+    expect_mismatch_cases "$out"
+    ;;
+  stop-mpi)
+    # A stopped process never answers: the others time out, and the job must end (no
+    # survivor left in MPI_Finalize), saying why once per survivor.
+    start=$(date +%s)
+    out=$(REPLICATOR_TIMEOUT=3s "${mpi[@]}" -np 2 -x REPLICATOR_TIMEOUT "$prog" stop 2>&1) &&
+      fail "the job should have failed: $out"
+    took=$(( $(date +%s) - start ))
+    expect_stop_ended "$out" "$took"
+    ;;
+  stop-gloo)
+    start=$(date +%s)
+    out=$(REPLICATOR_TIMEOUT=3s timeout 120 "$launcher" launch -n 2 -- "$prog" stop 2>&1) &&
+      fail "the job should have failed: $out"
+    took=$(( $(date +%s) - start ))
+    expect_stop_ended "$out" "$took"
     ;;
   throw-mpi)
     out=$("${mpi[@]}" -np 3 -x REPLICATOR_LOCAL_REPLICAS=2 "$prog" throw 2>&1) || fail "$out"

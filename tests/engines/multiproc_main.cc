@@ -9,6 +9,13 @@
 //              collectives pass for their shapes)
 //   throw      replica 1 throws in its step: every other replica must be released with
 //              Aborted (or its own error); prints "released ok" (exit 0) per process
+//   local-mismatch  (2 processes x 2 replicas) the last replica calls another collective,
+//              count, dtype, root or reduce op, skips one, adds one, fuses, or barriers,
+//              each on a fresh Replicator: every replica of every process must raise
+//              CollectiveMismatch (none Aborted); prints "<case>: mismatch ok" per case
+//   stop       the last process SIGSTOPs itself in the middle of a stream of
+//              all_reduces; the others print "stop detected: <error>" and exit 1 (a
+//              failed job), which must end the whole job
 //   kill       the last process SIGKILLs itself in the middle of a stream of
 //              all_reduces; the others print "peer-lost after <ms> ms" and exit 0 if
 //              they get PeerLost (or Aborted, naming the lost process), 1 otherwise
@@ -19,7 +26,9 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "replicator/replicator.h"
@@ -119,6 +128,132 @@ int throw_in_step(Replicator& repl) {
                                         "released ok");
 }
 
+// Each case: what every replica calls, given whether it is the last (odd) replica.
+using Case = std::pair<const char*, std::function<void(ReplicaContext&, bool odd)>>;
+
+std::vector<Case> mismatch_cases() {
+  const auto reduce = [](ReplicaContext& ctx, std::size_t n) {
+    std::vector<float> v(n, 1.f);
+    ctx.all_reduce(v);
+  };
+  return {
+      {"op",
+       [=](ReplicaContext& ctx, bool odd) {
+         std::vector<float> in(4, 1.f), out(4 * static_cast<std::size_t>(ctx.num_replicas()));
+         if (odd) {
+           ctx.all_gather(in, out);
+         } else {
+           ctx.all_reduce(in);
+         }
+       }},
+      {"count", [=](ReplicaContext& ctx, bool odd) { reduce(ctx, odd ? 5 : 4); }},
+      {"large-count", [=](ReplicaContext& ctx, bool odd) { reduce(ctx, odd ? 300001 : 300000); }},
+      {"dtype",
+       [=](ReplicaContext& ctx, bool odd) {
+         if (odd) {
+           std::vector<double> v(4, 1.0);
+           ctx.all_reduce(v);
+         } else {
+           reduce(ctx, 4);
+         }
+       }},
+      {"root",
+       [](ReplicaContext& ctx, bool odd) {
+         std::vector<float> v(4, 1.f);
+         ctx.broadcast(v, {.root = odd ? 1 : 0});
+       }},
+      {"reduce-op",
+       [](ReplicaContext& ctx, bool odd) {
+         std::vector<float> v(4, 1.f);
+         ctx.all_reduce(v, {.op = odd ? ReduceOp::kMax : ReduceOp::kSum});
+       }},
+      {"skips",
+       [=](ReplicaContext& ctx, bool odd) {
+         if (!odd) reduce(ctx, 4);
+       }},
+      {"adds",
+       [=](ReplicaContext& ctx, bool odd) {
+         reduce(ctx, 4);
+         if (odd) reduce(ctx, 4);
+       }},
+      {"fuses",
+       [](ReplicaContext& ctx, bool odd) {
+         std::vector<float> a(2, 1.f), b(2, 1.f);
+         const Buffer both[] = {Buffer::of(std::span<float>(a)), Buffer::of(std::span<float>(b))};
+         if (odd) {
+           ctx.all_reduce(std::span<const Buffer>(both));
+         } else {
+           std::vector<float> v(4, 1.f);
+           ctx.all_reduce(v);
+         }
+       }},
+      {"barriers",
+       [=](ReplicaContext& ctx, bool odd) {
+         if (odd) {
+           ctx.barrier();
+         } else {
+           reduce(ctx, 4);
+         }
+       }},
+  };
+}
+
+// Every case on a fresh Replicator (a job of its own in the store for gloo).
+int local_mismatch(const Config& config) {
+  int failures = 0;
+  int index = 0;
+  for (const auto& [name, call] : mismatch_cases()) {
+    Config c = config;
+    c.job = config.job + "-mismatch-" + std::to_string(index++);
+    Replicator repl(c);
+    const int last = repl.num_replicas() - 1;
+    // What each local replica caught in its step (empty: nothing, as a replica whose
+    // mismatch comes at the end of its step).
+    std::vector<std::string> other(static_cast<std::size_t>(repl.num_local_replicas()));
+    const std::exception_ptr error = harness::capture([&] {
+      repl.run([&](ReplicaContext& ctx) {
+        try {
+          call(ctx, ctx.replica_id() == last);
+        } catch (const CollectiveMismatch&) {
+          throw;
+        } catch (...) {
+          other[static_cast<std::size_t>(ctx.local_replica_id())] =
+              harness::describe(std::current_exception());
+          throw;
+        }
+      });
+    });
+    std::string bad;
+    for (std::size_t l = 0; l < other.size(); ++l) {
+      if (!other[l].empty()) bad += " local replica " + std::to_string(l) + ": " + other[l];
+    }
+    const std::string label = std::string(name) + ": mismatch ok";
+    if (!bad.empty()) {
+      std::fprintf(stderr, "%s: not every replica raised CollectiveMismatch:%s\n", name,
+                   bad.c_str());
+      ++failures;
+    } else if (report<CollectiveMismatch>(error, label.c_str()) != 0) {
+      ++failures;
+    }
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+// Timeout (or Aborted, released by a process that timed out first) on the others.
+int stop_one(Replicator& repl, int rank, int processes) {
+  const std::exception_ptr error = harness::capture([&] {
+    repl.run([&](ReplicaContext& ctx) {
+      std::vector<float> v(1 << 10, 1.f);
+      for (int i = 0;; ++i) {
+        if (rank == processes - 1 && i == 100 && ctx.local_replica_id() == 0) raise(SIGSTOP);
+        ctx.all_reduce(v);
+      }
+    });
+  });
+  report<Timeout, Aborted, PeerLost>(error, "stop detected");
+  return 1;  // a failed job, whatever was detected
+}
+
 // PeerLost, or Aborted (released by a process that got PeerLost first, naming the lost one).
 int kill_one(Replicator& repl, int rank, int processes) {
   const auto start = std::chrono::steady_clock::now();
@@ -142,7 +277,8 @@ int kill_one(Replicator& repl, int rank, int processes) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s digest|mismatch|signature|throw|kill\n", argv[0]);
+    std::fprintf(stderr, "usage: %s digest|mismatch|signature|local-mismatch|throw|stop|kill\n",
+                 argv[0]);
     return 2;
   }
   const std::string scenario = argv[1];
@@ -157,6 +293,8 @@ int main(int argc, char** argv) {
   if (scenario == "signature") return mismatch(repl, true);
   if (scenario == "throw") return throw_in_step(repl);
   if (scenario == "kill") return kill_one(repl, rank, processes);
+  if (scenario == "local-mismatch") return local_mismatch(config);
+  if (scenario == "stop") return stop_one(repl, rank, processes);
   std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
   return 2;
 }

@@ -27,6 +27,7 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -98,6 +99,10 @@ struct MpiRuntime {
   std::mutex mu;
   bool initialised_here = false;
   long long transports_made = 0;  // the next transport's generation
+  // The first failure of the job that a peer may not survive (a timeout, a lost or broken
+  // peer): MPI_Finalize would wait for that peer, so the process ends the job instead.
+  std::mutex failure_mu;
+  std::string failure;
 };
 
 MpiRuntime& runtime() {
@@ -105,16 +110,38 @@ MpiRuntime& runtime() {
   return *kInstance;
 }
 
+void note_job_failure(const std::string& why) noexcept {
+  try {
+    std::lock_guard lock(runtime().failure_mu);
+    if (runtime().failure.empty()) runtime().failure = why;
+  } catch (...) {
+  }
+}
+
 // Finalises MPI at exit if this library initialised it. Made by the first
 // make_mpi_transport, so it is destroyed after any static holding a transport; a transport
 // destroyed later still (or never) finds MPI finalised and skips its MPI calls.
+// After a failure a peer may not survive (a peer stopped or gone), MPI_Finalize would wait
+// for it forever: the process says why once and ends the whole job with MPI_Abort instead
+// (mpirun then stops every process of it).
 struct FinaliseAtExit {
   ~FinaliseAtExit() {
     std::lock_guard lock(runtime().mu);
     if (!runtime().initialised_here) return;
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Finalize();
+    if (finalized) return;
+    std::string failure;
+    {
+      std::lock_guard failure_lock(runtime().failure_mu);
+      failure = runtime().failure;
+    }
+    if (!failure.empty()) {
+      std::fprintf(stderr, "replicator: ending the job (MPI_Abort) after: %s\n", failure.c_str());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    MPI_Finalize();
   }
 };
 
@@ -511,6 +538,7 @@ void MpiTransport::fail_post(int lane, int rc, int peer, bool is_recv) {
                           std::to_string(peer) + " failed: " + mpi_error_string(rc) +
                           "; the transport is poisoned, restart the job";
   poison_.set(why);
+  note_job_failure(why);
   cancel_pending({lane, 0, 0});
   throw PeerLost(why, peer);
 }
@@ -544,6 +572,7 @@ void MpiTransport::fail_request(const Pending& p, int rc) {
                           " failed while " + where + ": " + mpi_error_string(code) +
                           "; the transport is poisoned, restart the job";
   poison_.set(why);
+  note_job_failure(why);
   cancel_pending(p);
   if (peer >= 0) throw PeerLost(why, peer);
   throw Error(why);
@@ -576,6 +605,7 @@ void MpiTransport::time_out(const Pending& p, Clock::time_point start, Clock::ti
       (receives_done ? " did not take delivery" : " did not deliver") + " within " +
       std::to_string(limit.count()) + " ms; the transport is poisoned, restart the job";
   poison_.set(why);
+  note_job_failure(why);
   cancel_pending(p);
   throw Timeout(why, "exchange", 0, limit, std::move(missing));
 }
