@@ -20,6 +20,15 @@ Communicator::Communicator(int num_replicas, std::chrono::milliseconds timeout,
 
 Communicator::~Communicator() = default;
 
+void Communicator::fail_across(int me, const Error& e) {
+  std::optional<int> cause;
+  if (const auto* aborted = dynamic_cast<const Aborted*>(&e)) cause = aborted->cause_replica();
+  const int replica = cause.value_or(engine_.first() + me);
+  engine_.fail(replica, e.what());
+  layout_->transport->abort(e.what(), replica);
+  engine_.depart(me);
+}
+
 void Communicator::collective(int me, std::uint64_t& sequence, const Call& call) {
   const CollectiveDef& def = definition(call.kind);
   Lane& lane = *lanes_[static_cast<std::size_t>(me)];
@@ -65,9 +74,7 @@ void Communicator::collective(int me, std::uint64_t& sequence, const Call& call)
       exchange_local_mismatch(peers, *layout_, lane.across, deadline);
     } catch (const CollectiveMismatch&) {
     } catch (const Error& e) {
-      engine_.fail(first + me, e.what());
-      layout_->transport->abort(e.what());
-      engine_.depart(me);
+      fail_across(me, e);
       throw;
     }
     engine_.depart(me);
@@ -85,9 +92,7 @@ void Communicator::collective(int me, std::uint64_t& sequence, const Call& call)
     } catch (const Error& e) {
       // Release this process's other replicas, including those in an exchange (their
       // lanes), and leave only once none of them touches this replica's buffers.
-      engine_.fail(first + me, e.what());
-      layout_->transport->abort(e.what());
-      engine_.depart(me);
+      fail_across(me, e);
       throw;
     }
     engine_.depart(me);

@@ -9,9 +9,11 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "replicator/errors.h"
 #include "src/collectives/across/across.h"
 #include "src/collectives/plan.h"
 #include "src/comm/call.h"
@@ -46,6 +48,11 @@ class Communicator {
   void reset() { engine_.reset(); }
 
  private:
+  // A failure on local replica `me`'s lane (a transport error, or another process's abort):
+  // releases this process's other replicas and the other processes, naming the replica
+  // whose failure it was (the transport's Aborted knows it; else `me`), and departs.
+  void fail_across(int me, const Error& e);
+
   // Memory of one replica's thread, reused by every collective.
   struct Lane {
     explicit Lane(int n)

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -95,9 +96,11 @@ class Transport {
     wait(lane, post(lane, sends, recvs), deadline);
   }
 
-  // Tells every peer that this process failed (`why` goes into their Aborted message) and
-  // poisons this transport. Best effort, never blocks for long, never throws.
-  virtual void abort(const std::string& why) noexcept = 0;
+  // Tells every peer that this process failed (`why` goes into their Aborted message, and
+  // `cause_replica`, the global id of the replica whose failure it was, into its
+  // cause_replica()) and poisons this transport. Best effort, never blocks for long, never
+  // throws.
+  virtual void abort(const std::string& why, std::optional<int> cause_replica) noexcept = 0;
 
   // What the transport is like; the collectives' chooser plans from it. Never blocks.
   virtual TransportTraits traits() const = 0;

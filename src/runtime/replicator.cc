@@ -97,10 +97,16 @@ void Replicator::run_erased(detail::StepRef step) {
     if (layout_) broken_ = e.what();
     throw;
   } catch (const std::exception& e) {
-    // The other processes may be waiting for this one: release them.
+    // The other processes may be waiting for this one: release them, naming the replica
+    // whose failure it was.
     if (layout_) {
       broken_ = e.what();
-      transport_->abort(e.what());
+      std::optional<int> cause;
+      if (const auto* error = dynamic_cast<const Error*>(&e)) cause = error->replica();
+      if (const auto* aborted = dynamic_cast<const Aborted*>(&e)) {
+        cause = aborted->cause_replica() ? aborted->cause_replica() : cause;
+      }
+      transport_->abort(e.what(), cause);
     }
     throw;
   }

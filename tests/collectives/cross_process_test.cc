@@ -315,7 +315,10 @@ TEST(CrossProcessTest, StepFailureInOneProcessReleasesTheOthers) {
         std::vector<float> v(100, 1.f);
         try {
           ctx.all_reduce(v);
-        } catch (const Aborted&) {
+        } catch (const Aborted& e) {
+          // In its own process and in the others: the cause is replica 3.
+          EXPECT_EQ(e.cause_replica(), std::optional<int>(3))
+              << "replica " << ctx.replica_id() << ": " << e.what();
           ++aborted;
           throw;
         }

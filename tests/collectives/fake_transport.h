@@ -40,6 +40,7 @@ class FakeNetwork : public std::enable_shared_from_this<FakeNetwork> {
   std::condition_variable cv_;
   std::map<Key, std::deque<std::vector<std::byte>>> queues_;
   std::vector<std::string> aborted_by_;  // messages of processes that aborted
+  std::optional<int> first_cause_;       // the first abort's cause replica
   int processes_;
   bool receives_ahead_;
   bool receives_shorter_;
@@ -81,7 +82,7 @@ class FakeTransport : public detail::Transport {
       while (queue.empty()) {
         if (!net.aborted_by_.empty()) {
           l.recvs.clear();
-          throw Aborted(net.aborted_by_.front(), std::nullopt);
+          throw Aborted(net.aborted_by_.front(), net.first_cause_);
         }
         if (net.cv_.wait_until(lock, deadline) == std::cv_status::timeout && queue.empty()) {
           l.recvs.clear();
@@ -101,8 +102,9 @@ class FakeTransport : public detail::Transport {
     }
   }
 
-  void abort(const std::string& why) noexcept override {
+  void abort(const std::string& why, std::optional<int> cause_replica) noexcept override {
     std::lock_guard lock(network_->mu_);
+    if (network_->aborted_by_.empty()) network_->first_cause_ = cause_replica;
     network_->aborted_by_.push_back("process " + std::to_string(rank_) + " failed: " + why);
     network_->cv_.notify_all();
   }

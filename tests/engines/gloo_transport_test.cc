@@ -398,7 +398,7 @@ TEST(Worker, AbortReleasesLocalWaitersAndPeers) {
         [&](Transport::Ticket ticket) {
           t->wait(1, ticket, Clock::now() + std::chrono::seconds(20));
         },
-        [&] { t->abort("the step of the test failed on purpose"); });
+        [&] { t->abort("the step of the test failed on purpose", std::nullopt); });
     EXPECT_TRUE(waited.started) << "post() did not return";
     const auto aborted = harness::caught_as<Aborted>(waited.ended_with);
     ASSERT_TRUE(aborted) << "the wait ended with " << harness::describe(waited.ended_with);

@@ -115,17 +115,31 @@ int mismatch(Replicator& repl, bool by_signature) {
                                     "mismatch ok");
 }
 
-// Aborted on the others, ReplicaFailed (replica 1's own error) on its process.
+// Aborted on the others, ReplicaFailed (replica 1's own error) on its process; every
+// Aborted, in any process, names replica 1 as its cause.
 int throw_in_step(Replicator& repl) {
-  return report<Aborted, ReplicaFailed>(harness::capture([&] {
-                                          repl.run([&](ReplicaContext& ctx) {
-                                            if (ctx.replica_id() == 1)
-                                              throw std::runtime_error("replica 1 gives up");
-                                            std::vector<float> v(1000, 1.f);
-                                            for (int i = 0; i < 100; ++i) ctx.all_reduce(v);
-                                          });
-                                        }),
-                                        "released ok");
+  std::vector<std::string> wrong_cause(static_cast<std::size_t>(repl.num_local_replicas()));
+  const std::exception_ptr error = harness::capture([&] {
+    repl.run([&](ReplicaContext& ctx) {
+      if (ctx.replica_id() == 1) throw std::runtime_error("replica 1 gives up");
+      std::vector<float> v(1000, 1.f);
+      try {
+        for (int i = 0; i < 100; ++i) ctx.all_reduce(v);
+      } catch (const Aborted& e) {
+        if (e.cause_replica() != 1) {
+          wrong_cause[static_cast<std::size_t>(ctx.local_replica_id())] = e.what();
+        }
+        throw;
+      }
+    });
+  });
+  for (const std::string& what : wrong_cause) {
+    if (!what.empty()) {
+      std::fprintf(stderr, "Aborted without replica 1 as its cause: %s\n", what.c_str());
+      return 1;
+    }
+  }
+  return report<Aborted, ReplicaFailed>(error, "released ok");
 }
 
 // Each case: what every replica calls, given whether it is the last (odd) replica.

@@ -58,6 +58,7 @@
 
 #include "replicator/errors.h"
 #include "src/comm/poison.h"
+#include "src/engines/abort_notice.h"
 #include "src/engines/store/store.h"
 
 namespace replicator::detail {
@@ -124,7 +125,7 @@ class GlooTransport final : public Transport, public NativeCollectives {
 
   Ticket post(int lane, std::span<const SendOp> sends, std::span<const RecvOp> recvs) override;
   void wait(int lane, Ticket ticket, Clock::time_point deadline) override;
-  void abort(const std::string& why) noexcept override;
+  void abort(const std::string& why, std::optional<int> cause_replica) noexcept override;
   // Every message costs a handshake of Gloo's event loops and wakes the waiting thread
   // (tens of µs, more when the cores are busy), which outweighs overlapping a step's
   // transfer with the reduction of the one before: one step per part up to 4 MiB, then
@@ -173,14 +174,16 @@ class GlooTransport final : public Transport, public NativeCollectives {
 
   // Poisons the transport with `reason` (the first reason is kept), announces `why` in the
   // store, closes every connection and wakes the waits in progress. Never throws.
-  void fail(const std::string& reason, const std::string& why) noexcept;
+  // Poisons with `reason` and announces `why` (with `cause_replica`) to the peers.
+  void fail(const std::string& reason, const std::string& why,
+            std::optional<int> cause_replica = std::nullopt) noexcept;
   // Ends the wait on `lane`; frees the buffers if all have completed or `all`.
   void finish(Lane& lane, bool all) noexcept;
   // Throws Aborted for a poisoned transport, once Gloo can no longer touch the lane's buffers.
   [[noreturn]] void drop_poisoned(Lane& lane);
   std::string reason() const { return poison_.reason(); }
   // The failure `peer` announced in the store, if any.
-  std::optional<std::string> announced_failure(int peer) noexcept;
+  std::optional<AbortNotice> announced_failure(int peer) noexcept;
 
   [[noreturn]] void throw_poisoned() const { poison_.throw_aborted("gloo engine"); }
   [[noreturn]] void fail_message(int lane, std::size_t index, const std::exception_ptr& error,
@@ -468,7 +471,7 @@ void GlooTransport::finish(Lane& lane, bool all) noexcept {
   }
 }
 
-std::optional<std::string> GlooTransport::announced_failure(int peer) noexcept {
+std::optional<AbortNotice> GlooTransport::announced_failure(int peer) noexcept {
   try {
     const std::string name = key("abort", peer);
     const Clock::time_point until = Clock::now() + kAnnounceGrace;
@@ -477,7 +480,7 @@ std::optional<std::string> GlooTransport::announced_failure(int peer) noexcept {
       std::this_thread::sleep_for(kAnnouncePoll);
     }
     const std::vector<char> text = store_->get(name);
-    return std::string(text.begin(), text.end());
+    return decode_abort_notice(std::string_view(text.data(), text.size()));
   } catch (...) {
     return std::nullopt;
   }
@@ -513,10 +516,11 @@ void GlooTransport::fail_message(int lane, std::size_t index, const std::excepti
     throw Error(why);
   }
   if (auto announced = announced_failure(message.peer)) {
-    const std::string why = "process " + std::to_string(message.peer) + " failed: " + *announced;
-    fail(why, why);
+    const std::string why =
+        "process " + std::to_string(message.peer) + " failed: " + announced->why;
+    fail(why, why, announced->replica);
     finish(l, true);
-    throw Aborted(why, std::nullopt);
+    throw Aborted(why, announced->replica);
   }
   const std::string why = where + "lost process " + std::to_string(message.peer) +
                           " (its connection closed while " +
@@ -565,8 +569,9 @@ void GlooTransport::time_out(int lane, std::size_t index, Clock::time_point star
   throw Timeout(why, "exchange", 0, limit, std::move(missing));
 }
 
-void GlooTransport::fail(const std::string& reason, const std::string& why) noexcept {
-  poison_.set(reason);
+void GlooTransport::fail(const std::string& reason, const std::string& why,
+                         std::optional<int> cause_replica) noexcept {
+  poison_.set(reason, cause_replica);
   bool announce = false;
   try {
     std::lock_guard lock(mu_);
@@ -577,7 +582,7 @@ void GlooTransport::fail(const std::string& reason, const std::string& why) noex
   if (announce) {
     // Written before the connections close, so that a peer that sees them close finds it.
     try {
-      const std::string text = why.substr(0, kMaxAbortText);
+      const std::string text = encode_abort_notice(cause_replica, why.substr(0, kMaxAbortText));
       store_->set(key("abort", rank_), std::vector<char>(text.begin(), text.end()));
     } catch (...) {
       // The store is gone too: the peers will report this process as lost.
@@ -605,13 +610,13 @@ void GlooTransport::fail(const std::string& reason, const std::string& why) noex
   }
 }
 
-void GlooTransport::abort(const std::string& why) noexcept {
+void GlooTransport::abort(const std::string& why, std::optional<int> cause_replica) noexcept {
   std::string reason;
   try {
     reason = "process " + std::to_string(rank_) + " failed: " + why;
   } catch (...) {
   }
-  fail(reason, why);
+  fail(reason, why, cause_replica);
 }
 
 void GlooTransport::native_all_reduce_f32(float* data, std::size_t count) {

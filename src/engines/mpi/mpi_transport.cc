@@ -42,6 +42,7 @@
 
 #include "replicator/errors.h"
 #include "src/comm/poison.h"
+#include "src/engines/abort_notice.h"
 
 namespace replicator::detail {
 namespace {
@@ -103,6 +104,7 @@ struct MpiRuntime {
   // peer): MPI_Finalize would wait for that peer, so the process ends the job instead.
   std::mutex failure_mu;
   std::string failure;
+  bool abort_at_exit = true;  // under failure_mu
 };
 
 MpiRuntime& runtime() {
@@ -134,7 +136,7 @@ struct FinaliseAtExit {
     std::string failure;
     {
       std::lock_guard failure_lock(runtime().failure_mu);
-      failure = runtime().failure;
+      if (runtime().abort_at_exit) failure = runtime().failure;
     }
     if (!failure.empty()) {
       std::fprintf(stderr, "replicator: ending the job (MPI_Abort) after: %s\n", failure.c_str());
@@ -193,7 +195,7 @@ class MpiTransport final : public Transport, public NativeCollectives {
 
   Ticket post(int lane, std::span<const SendOp> sends, std::span<const RecvOp> recvs) override;
   void wait(int lane, Ticket ticket, Clock::time_point deadline) override;
-  void abort(const std::string& why) noexcept override;
+  void abort(const std::string& why, std::optional<int> cause_replica) noexcept override;
   TransportTraits traits() const override {
     // OpenMPI's shared-memory transport sends up to 4 KiB (its header included) eagerly.
     // Shared-memory copies are cheap to start, but every step is a round trip: 2 MiB steps
@@ -501,7 +503,7 @@ void MpiTransport::cancel_pending(const Pending& p) {
 
 void MpiTransport::release(const Pending& p) {
   cancel_pending(p);
-  throw Aborted(poison_.reason(), std::nullopt);
+  throw Aborted(poison_.reason(), poison_.cause_replica());
 }
 
 void MpiTransport::check_control(const Pending& p) {
@@ -526,10 +528,11 @@ void MpiTransport::check_control(const Pending& p) {
     cancel_pending(p);
     throw Error(why);
   }
-  const std::string why = "process " + std::to_string(status.MPI_SOURCE) + " failed: " + text;
-  poison_.set(why);
+  const AbortNotice notice = decode_abort_notice(text);
+  const std::string why = "process " + std::to_string(status.MPI_SOURCE) + " failed: " + notice.why;
+  poison_.set(why, notice.replica);
   cancel_pending(p);
-  throw Aborted(why, std::nullopt);
+  throw Aborted(why, notice.replica);
 }
 
 void MpiTransport::fail_post(int lane, int rc, int peer, bool is_recv) {
@@ -610,15 +613,17 @@ void MpiTransport::time_out(const Pending& p, Clock::time_point start, Clock::ti
   throw Timeout(why, "exchange", 0, limit, std::move(missing));
 }
 
-void MpiTransport::abort(const std::string& why) noexcept {
+void MpiTransport::abort(const std::string& why, std::optional<int> cause_replica) noexcept {
   try {
-    poison_.set("process " + std::to_string(rank_) + " failed: " + why);
+    poison_.set("process " + std::to_string(rank_) + " failed: " + why, cause_replica);
     std::lock_guard lock(mu_);
     if (abort_sent_) return;
     abort_sent_ = true;
-    const std::size_t length = std::min(why.size(), kMaxAbortText);
+    const std::string notice =
+        encode_abort_notice(cause_replica, std::string_view(why).substr(0, kMaxAbortText));
+    const std::size_t length = notice.size();
     abort_text_ = std::make_unique<char[]>(length + 1);
-    why.copy(abort_text_.get(), length);
+    notice.copy(abort_text_.get(), length);
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_) continue;
       MPI_Request request = MPI_REQUEST_NULL;
@@ -652,6 +657,11 @@ void MpiTransport::native_all_reduce_f32(float* data, std::size_t count) {
 }
 
 }  // namespace
+
+void set_abort_job_at_exit(bool enabled) {
+  std::lock_guard lock(runtime().failure_mu);
+  runtime().abort_at_exit = enabled;
+}
 
 std::unique_ptr<Transport> make_mpi_transport(int lanes) {
   return make_mpi_transport(lanes, kDefaultMaxMessage);

@@ -39,4 +39,10 @@ std::unique_ptr<Transport> make_mpi_transport(int lanes);
 // messages (MPI counts are ints; the default is 1 GiB). Smaller values are for tests.
 std::unique_ptr<Transport> make_mpi_transport(int lanes, std::size_t max_message_bytes);
 
+// Whether a process whose transport failed in a way a peer may not survive (a timeout, a lost
+// or broken peer) ends the whole job at exit with MPI_Abort, saying why once, instead of
+// waiting in MPI_Finalize for a peer that may never come (default: yes). For tests that make
+// transports fail on purpose while every process stays alive. Thread-safe; never throws.
+void set_abort_job_at_exit(bool enabled);
+
 }  // namespace replicator::detail
