@@ -24,7 +24,7 @@ struct TrainFlags {
   std::string data_dir;
   std::string out;
   std::string resume;
-  std::int64_t bucket_kib = 25 * 1024;
+  std::int64_t bucket_kib = std::int64_t{25} * 1024;
   bool no_overlap = false;
   bool no_augment = false;
   bool no_eval = false;
@@ -108,8 +108,15 @@ Command add_train_classifier(CLI::App& train, char** argv) {
   app->add_option(
       "--data", flags->data_dir,
       "Folder of the Fashion-MNIST .gz files (default /usr/share/datasets/fashion-mnist)");
-  app->add_option("--out", flags->out, "Folder for metrics.jsonl and checkpoint.pt");
-  app->add_option("--resume", flags->resume, "Continue from this checkpoint");
+  app->add_option("--out", flags->out,
+                  "Folder for metrics.jsonl and checkpoint-<step>.pt; a run resumes from the "
+                  "newest checkpoint there that loads");
+  app->add_option("--resume", flags->resume,
+                  "Continue from this checkpoint instead of the newest in --out");
+  app->add_option("--keep-checkpoints", o.keep_checkpoints,
+                  "Checkpoints kept in --out (the newest)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
   app->add_option("--checkpoint-every", o.checkpoint_every,
                   "Steps between checkpoints (one is always written at each epoch's end)")
       ->check(CLI::NonNegativeNumber);

@@ -99,13 +99,42 @@ Evaluation evaluate(ReplicaContext& ctx, ResNet& model, data::ShardedLoader& loa
   return {sums[0] / sums[1], sums[2] / sums[1]};
 }
 
+// Rewrites the JSON lines file `path` (if any) without the lines whose "step" is past `step`,
+// through a temporary file and a rename.
+void keep_metrics_up_to(const std::filesystem::path& path, std::int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept;
+  bool dropped = false;
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+        j["step"].get<std::int64_t>() > step) {
+      dropped = true;
+      continue;
+    }
+    kept += line + '\n';
+  }
+  if (!dropped) return;
+  const std::filesystem::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    if (!out.flush()) throw DataError("cannot write " + tmp.string(), tmp.string());
+  }
+  std::filesystem::rename(tmp, path);
+}
+
 // What replica 0 prints and writes.
 class Reporter {
  public:
-  Reporter(const TrainOptions& o, std::int64_t total_steps)
+  // `from_step`: the step the run starts at; metrics.jsonl lines of later steps (written by an
+  // earlier run after its last checkpoint) are dropped, so a resumed run repeats none.
+  Reporter(const TrainOptions& o, std::int64_t total_steps, std::int64_t from_step)
       : options_(o), total_steps_(total_steps), terminal_(o.progress && ::isatty(2) == 1) {
     if (!o.out.empty()) {
       std::filesystem::create_directories(o.out);
+      keep_metrics_up_to(o.out / "metrics.jsonl", from_step);
       metrics_.open(o.out / "metrics.jsonl", std::ios::app);
       if (!metrics_) {
         throw DataError("cannot write " + (o.out / "metrics.jsonl").string(),
@@ -121,7 +150,7 @@ class Reporter {
     char line[200];
     std::snprintf(
         line, sizeof line, "epoch %lld/%d  step %lld/%lld  loss %.4f  %.0f images/s  ETA %s",
-        static_cast<long long>(epoch + 1), options_.epochs, static_cast<long long>(step),
+        static_cast<long long>(epoch) + 1, options_.epochs, static_cast<long long>(step),
         static_cast<long long>(total_steps_), loss, images_per_s, clock_text(eta).c_str());
     if (terminal_) {
       std::fprintf(stderr, "\r%-90s", line);
@@ -142,7 +171,7 @@ class Reporter {
   void evaluation(std::int64_t epoch, std::int64_t step, const Evaluation& e) {
     if (terminal_) std::fprintf(stderr, "\n");
     std::fprintf(stderr, "epoch %lld: test accuracy %.4f, test loss %.4f\n",
-                 static_cast<long long>(epoch + 1), e.accuracy, e.loss);
+                 static_cast<long long>(epoch) + 1, e.accuracy, e.loss);
     write({{"type", "eval"},
            {"epoch", epoch},
            {"step", step},
@@ -223,7 +252,7 @@ TrainResult train_classifier(const TrainOptions& o) {
                                            .num_replicas = R,
                                            .seed = o.seed,
                                            .augment = o.augment});
-    const std::int64_t eval_batch = (1000 + R - 1) / R * R;
+    const std::int64_t eval_batch = std::int64_t{(1000 + R - 1) / R} * R;
     data::ShardedLoader test_loader(test_set, {.global_batch = eval_batch,
                                                .replica = ctx.replica_id(),
                                                .num_replicas = R,
@@ -232,17 +261,41 @@ TrainResult train_classifier(const TrainOptions& o) {
     const std::int64_t per_epoch = loader.batches_per_epoch();
     const std::int64_t total = per_epoch * o.epochs;
 
+    // An explicit --resume, else the newest checkpoint in --out that loads (a restarted job
+    // continues where it stopped, nothing repeated, nothing lost).
     rt::TrainingPosition position;
-    if (!o.resume.empty()) position = rt::load_checkpoint(o.resume, *model, *sgd);
+    std::optional<rt::CheckpointFolder> folder;
+    if (!o.out.empty()) folder.emplace(o.out, o.keep_checkpoints);
+    if (!o.resume.empty()) {
+      position = rt::load_checkpoint(o.resume, *model, *sgd);
+    } else if (folder) {
+      const auto warn = [&](const std::string& what) {
+        if (result.reporter) std::fprintf(stderr, "warning: %s\n", what.c_str());
+      };
+      if (const auto resumed = folder->resume(*model, *sgd, warn)) {
+        position = resumed->first;
+        if (result.reporter) {
+          std::fprintf(stderr, "resuming from %s (step %lld)\n", resumed->second.c_str(),
+                       static_cast<long long>(position.step));
+        }
+      }
+    }
+    // Every replica must start from the same step (every process must see the same --out).
+    std::int64_t from[2] = {position.step, -position.step};
+    ctx.all_reduce(from, {.op = ReduceOp::kMax});
+    if (from[0] != -from[1]) {
+      throw DataError("the replicas resumed from different steps (" + std::to_string(-from[1]) +
+                          " to " + std::to_string(from[0]) +
+                          "): every process must see the same --out folder",
+                      o.out.string());
+    }
     const std::int64_t last = o.max_steps > 0 ? std::min(total, o.max_steps) : total;
     const std::int64_t steps_to_run = std::max<std::int64_t>(0, last - position.step);
 
     std::optional<Reporter> reporter;
-    if (result.reporter) reporter.emplace(o, total);
+    if (result.reporter) reporter.emplace(o, total, position.step);
     const auto checkpoint = [&](const rt::TrainingPosition& p) {
-      if (result.reporter && !o.out.empty()) {
-        rt::save_checkpoint(o.out / "checkpoint.pt", *model, *sgd, p);
-      }
+      if (result.reporter && folder) folder->save(*model, *sgd, p);
     };
 
     const std::int64_t log_every = std::max<std::int64_t>(1, per_epoch / 20);

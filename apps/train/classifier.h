@@ -20,11 +20,13 @@ struct TrainOptions {
                              // linearly with the batch), warm-up then cosine decay
   double momentum = 0.9;     // SGD, Nesterov
   double weight_decay = 5e-4;
-  std::uint64_t seed = 0;             // model initialisation, shuffling, augmentation
-  bool augment = true;                // random flips and 2-pixel shifts
-  std::filesystem::path data_dir;     // the Fashion-MNIST .gz files
-  std::filesystem::path out;          // metrics.jsonl and checkpoint.pt; empty: none written
-  std::filesystem::path resume;       // a checkpoint to continue from; empty: start afresh
+  std::uint64_t seed = 0;          // model initialisation, shuffling, augmentation
+  bool augment = true;             // random flips and 2-pixel shifts
+  std::filesystem::path data_dir;  // the Fashion-MNIST .gz files
+  std::filesystem::path out;       // metrics.jsonl and checkpoint-<step>.pt; empty: none written
+  // A checkpoint to continue from; empty: the newest in `out` that loads, if any, else afresh.
+  std::filesystem::path resume;
+  int keep_checkpoints = 3;           // the newest checkpoints kept in `out`
   std::int64_t checkpoint_every = 0;  // steps between checkpoints (also at each epoch end)
   std::int64_t max_steps = 0;         // stop after this many steps in total (0: all epochs); the
                                       // learning-rate schedule still spans all epochs

@@ -4,23 +4,31 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <system_error>
 
 #include "replicator/errors.h"
 
 namespace replicator::torch {
 namespace {
 
+// strerror's text, from the thread-safe std::error_code.
+std::string error_text(int error) {
+  return std::error_code(error, std::generic_category()).message();
+}
+
 void write_all(int fd, const std::string& bytes, const std::string& path) {
   std::size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0)
-      throw DataError("cannot write checkpoint " + path + ": " + std::strerror(errno), path);
+    if (n < 0) throw DataError("cannot write checkpoint " + path + ": " + error_text(errno), path);
     done += static_cast<std::size_t>(n);
   }
 }
@@ -32,12 +40,12 @@ void write_atomically(const std::filesystem::path& path, const std::string& byte
       (dir / ("." + path.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    throw DataError("cannot create checkpoint " + tmp + ": " + std::strerror(errno), path.string());
+    throw DataError("cannot create checkpoint " + tmp + ": " + error_text(errno), path.string());
   }
   try {
     write_all(fd, bytes, tmp);
     if (::fsync(fd) != 0) {
-      throw DataError("cannot flush checkpoint " + tmp + ": " + std::strerror(errno), tmp);
+      throw DataError("cannot flush checkpoint " + tmp + ": " + error_text(errno), tmp);
     }
   } catch (...) {
     ::close(fd);
@@ -46,7 +54,7 @@ void write_atomically(const std::filesystem::path& path, const std::string& byte
   }
   ::close(fd);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
+    const std::string why = error_text(errno);
     ::unlink(tmp.c_str());
     throw DataError("cannot rename " + tmp + " to " + path.string() + ": " + why, path.string());
   }
@@ -154,6 +162,73 @@ TrainingPosition load_checkpoint(const std::filesystem::path& path, ::torch::nn:
                     path.string());
   }
   return position;
+}
+
+CheckpointFolder::CheckpointFolder(std::filesystem::path dir, int keep)
+    : dir_(std::move(dir)), keep_(keep) {
+  if (keep_ < 1) {
+    throw InvalidArgument("a checkpoint folder keeps at least 1 checkpoint, got " +
+                          std::to_string(keep_));
+  }
+}
+
+std::filesystem::path CheckpointFolder::path_for(std::int64_t step) const {
+  char name[40];
+  std::snprintf(name, sizeof name, "checkpoint-%09lld.pt", static_cast<long long>(step));
+  return dir_ / name;
+}
+
+std::vector<std::filesystem::path> CheckpointFolder::list() const {
+  std::vector<std::pair<std::int64_t, std::filesystem::path>> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    constexpr std::string_view kPrefix = "checkpoint-";
+    constexpr std::string_view kSuffix = ".pt";
+    if (name.size() <= kPrefix.size() + kSuffix.size() || !name.starts_with(kPrefix) ||
+        !name.ends_with(kSuffix)) {
+      continue;
+    }
+    const std::string digits =
+        name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+    if (digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    found.emplace_back(std::stoll(digits), entry.path());
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a > b; });
+  std::vector<std::filesystem::path> out;
+  out.reserve(found.size());
+  for (auto& [step, path] : found) out.push_back(std::move(path));
+  return out;
+}
+
+void CheckpointFolder::save(::torch::nn::Module& model, ::torch::optim::Optimizer& optimizer,
+                            const TrainingPosition& position) {
+  std::filesystem::create_directories(dir_);
+  save_checkpoint(path_for(position.step), model, optimizer, position);
+  const std::vector<std::filesystem::path> all = list();
+  for (std::size_t i = static_cast<std::size_t>(keep_); i < all.size(); ++i) {
+    std::error_code ec;
+    std::filesystem::remove(all[i], ec);
+  }
+}
+
+std::optional<std::pair<TrainingPosition, std::filesystem::path>> CheckpointFolder::resume(
+    ::torch::nn::Module& model, ::torch::optim::Optimizer& optimizer,
+    const std::function<void(const std::string&)>& warn) {
+  const std::vector<std::filesystem::path> all = list();
+  if (all.empty()) return std::nullopt;
+  std::string skipped;
+  for (const std::filesystem::path& path : all) {
+    try {
+      return std::make_pair(load_checkpoint(path, model, optimizer), path);
+    } catch (const DataError& e) {
+      warn("skipping checkpoint " + path.string() + ": " + e.what());
+      skipped += (skipped.empty() ? "" : "; ") + std::string(e.what());
+    }
+  }
+  throw DataError("no checkpoint in " + dir_.string() + " loads (" + skipped +
+                      "); move them away to start afresh, or pass --resume FILE",
+                  dir_.string());
 }
 
 }  // namespace replicator::torch

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The train job end to end on a few steps (tests/CMakeLists.txt runs it):
-#   resume: 3 steps + resume to 6 ends with the bitwise parameters of 6 uninterrupted steps;
+#   resume: 3 steps + resume to 6 ends with the bitwise parameters of 6 uninterrupted steps,
+#   with --resume FILE and automatically from --out (the newest checkpoint that loads: a torn
+#   newest one is skipped with a warning naming it); metrics.jsonl repeats no step; only the
+#   newest --keep-checkpoints are kept;
 #   a checkpoint of 2 replicas resumes on 1 replica;
 #   a missing or corrupt data file and a batch not divisible by the replicas fail clearly;
 #   the same job on 2 replicas ends with the same bits as 1 process x 2 threads, 2 mpi
@@ -20,12 +23,42 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 full=$("$replicator" "${common[@]}" --replicas 2 --steps 6 | digest)
 "$replicator" "${common[@]}" --replicas 2 --steps 3 --out "$work/run" >/dev/null
-[ -f "$work/run/checkpoint.pt" ] || fail "no checkpoint written"
+[ -f "$work/run/checkpoint-000000003.pt" ] || fail "no checkpoint written: $(ls "$work/run")"
 ls -A "$work/run" | grep -q tmp && fail "a temporary checkpoint file was left behind"
-cp "$work/run/checkpoint.pt" "$work/at3.pt"
+cp "$work/run/checkpoint-000000003.pt" "$work/at3.pt"
 resumed=$("$replicator" "${common[@]}" --replicas 2 --steps 6 --resume "$work/at3.pt" | digest)
 [ -n "$full" ] && [ "$full" = "$resumed" ] || fail "resumed digest $resumed != uninterrupted $full"
 echo "resume: bitwise equal ($full)"
+
+# Automatic resume: the same --out, no --resume.
+auto=$("$replicator" "${common[@]}" --replicas 2 --steps 6 --out "$work/run" 2>"$work/auto.err" |
+  digest)
+[ "$auto" = "$full" ] || fail "automatic resume digest $auto != uninterrupted $full"
+grep -q "resuming from $work/run/checkpoint-000000003.pt" "$work/auto.err" ||
+  fail "no resume note: $(cat "$work/auto.err")"
+steps_logged=$(sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$work/run/metrics.jsonl" | sort | uniq -d)
+[ -z "$steps_logged" ] || fail "metrics.jsonl repeats steps $steps_logged"
+echo "automatic resume: bitwise equal, metrics without repeats"
+
+# A torn newest checkpoint is skipped, with a warning naming it; the one before is used.
+"$replicator" "${common[@]}" --replicas 2 --steps 3 --checkpoint-every 1 --out "$work/torn" \
+  >/dev/null
+torn="$work/torn/checkpoint-000000003.pt"
+head -c 1000 "$work/at3.pt" > "$torn"
+skip=$("$replicator" "${common[@]}" --replicas 2 --steps 6 --out "$work/torn" 2>"$work/torn.err" |
+  digest)
+grep -q "warning: skipping checkpoint $torn" "$work/torn.err" ||
+  fail "no warning naming the torn checkpoint: $(cat "$work/torn.err")"
+grep -q "resuming from $work/torn/checkpoint-000000002.pt" "$work/torn.err" ||
+  fail "did not resume from the checkpoint before: $(cat "$work/torn.err")"
+[ "$skip" = "$full" ] || fail "resume past a torn checkpoint: digest $skip != $full"
+echo "torn newest checkpoint: skipped with a warning, bitwise equal from the one before"
+
+"$replicator" "${common[@]}" --steps 5 --checkpoint-every 1 --keep-checkpoints 2 \
+  --out "$work/keep" >/dev/null
+kept=$(cd "$work/keep" && ls checkpoint-*.pt | tr '\n' ' ')
+[ "$kept" = "checkpoint-000000004.pt checkpoint-000000005.pt " ] || fail "kept: $kept"
+echo "keep-checkpoints 2: $kept"
 
 steps=$("$replicator" "${common[@]}" --replicas 1 --steps 6 --resume "$work/at3.pt" |
         sed -n 's/.*"steps":\([0-9]*\).*/\1/p')

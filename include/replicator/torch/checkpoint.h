@@ -10,6 +10,10 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace replicator::torch {
 
@@ -31,5 +35,40 @@ void save_checkpoint(const std::filesystem::path& path, ::torch::nn::Module& mod
 // or does not fit the model.
 TrainingPosition load_checkpoint(const std::filesystem::path& path, ::torch::nn::Module& model,
                                  ::torch::optim::Optimizer& optimizer);
+
+// A folder of numbered checkpoints, "checkpoint-<step>.pt": a run saves one at each of its
+// checkpoints and keeps the newest `keep`; a restarted run resumes from the newest one that
+// loads. Not thread-safe: one writer (replica 0 of process 0).
+class CheckpointFolder {
+ public:
+  // `keep` >= 1. Creates nothing until the first save.
+  CheckpointFolder(std::filesystem::path dir, int keep);
+
+  const std::filesystem::path& dir() const { return dir_; }
+  std::filesystem::path path_for(std::int64_t step) const;
+
+  // The folder's checkpoints, newest (highest step) first; none if the folder is missing.
+  // Temporary files of a save that did not finish are not listed. Never throws but
+  // std::bad_alloc.
+  std::vector<std::filesystem::path> list() const;
+
+  // save_checkpoint to path_for(position.step), then removes all but the newest `keep`.
+  // BLOCKS on file I/O; throws DataError as save_checkpoint.
+  void save(::torch::nn::Module& model, ::torch::optim::Optimizer& optimizer,
+            const TrainingPosition& position);
+
+  // Loads the newest checkpoint that loads into `model` and `optimizer`, newest first; each
+  // one that is torn or corrupt is skipped, after `warn` is called with a sentence naming
+  // it and what is wrong. Returns the position and the file, or nullopt when the folder has
+  // no checkpoint. Throws DataError when it has some but none loads (the message names
+  // each). BLOCKS on file I/O.
+  std::optional<std::pair<TrainingPosition, std::filesystem::path>> resume(
+      ::torch::nn::Module& model, ::torch::optim::Optimizer& optimizer,
+      const std::function<void(const std::string&)>& warn);
+
+ private:
+  std::filesystem::path dir_;
+  int keep_;
+};
 
 }  // namespace replicator::torch
