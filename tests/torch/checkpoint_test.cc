@@ -250,3 +250,67 @@ TEST_F(CheckpointTest, DifferentArchitectureIsDataError) {
 }
 
 }  // namespace
+
+namespace {
+
+// ---- CheckpointFolder: numbered checkpoints, the newest kept, resume past torn ones --------
+
+TEST_F(CheckpointTest, FolderKeepsTheNewestAndListsThemNewestFirst) {
+  const std::vector<Batch> batches = make_batches(5);
+  Training training = make_training(1);
+  rt::CheckpointFolder folder(dir_ / "run", 2);
+  EXPECT_TRUE(folder.list().empty()) << "a missing folder has no checkpoint";
+  for (int step = 1; step <= 5; ++step) {
+    train_step(training, batches[static_cast<std::size_t>(step - 1)]);
+    folder.save(*training.model, *training.optimizer, {.step = step});
+  }
+  // Not checkpoints: a temporary file of an unfinished save, and other names.
+  write_bytes(dir_ / "run" / ".checkpoint-000000006.pt.tmp.1", "partial");
+  write_bytes(dir_ / "run" / "checkpoint-latest.pt", "x");
+  write_bytes(dir_ / "run" / "metrics.jsonl", "{}");
+  const std::vector<fs::path> listed = folder.list();
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed[0], folder.path_for(5));
+  EXPECT_EQ(listed[1], folder.path_for(4));
+  EXPECT_EQ(folder.path_for(12).filename(), "checkpoint-000000012.pt");
+  EXPECT_THROW(rt::CheckpointFolder(dir_, 0), replicator::InvalidArgument);
+}
+
+TEST_F(CheckpointTest, FolderResumesFromTheNewestThatLoadsWarningAboutTornOnes) {
+  const std::vector<Batch> batches = make_batches(3);
+  Training training = make_training(1);
+  rt::CheckpointFolder folder(dir_, 3);
+  train_step(training, batches[0]);
+  folder.save(*training.model, *training.optimizer, {.step = 1});
+  train_step(training, batches[1]);
+  folder.save(*training.model, *training.optimizer, {.step = 2, .epoch = 1});
+  const std::string whole = read_bytes(folder.path_for(2));
+  train_step(training, batches[2]);
+  folder.save(*training.model, *training.optimizer, {.step = 3});
+  write_bytes(folder.path_for(3), whole.substr(0, whole.size() / 2));  // torn by a crash
+
+  Training loaded = make_training(2);
+  std::vector<std::string> warnings;
+  const auto resumed = folder.resume(*loaded.model, *loaded.optimizer,
+                                     [&](const std::string& w) { warnings.push_back(w); });
+  ASSERT_TRUE(resumed.has_value());
+  EXPECT_EQ(resumed->first.step, 2);
+  EXPECT_EQ(resumed->first.epoch, 1);
+  EXPECT_EQ(resumed->second, folder.path_for(2));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find(folder.path_for(3).string()), std::string::npos) << warnings[0];
+
+  // Nothing loads: a DataError naming the folder, after a warning for each.
+  write_bytes(folder.path_for(1), "not a checkpoint");
+  write_bytes(folder.path_for(2), "not a checkpoint");
+  warnings.clear();
+  EXPECT_THROW(folder.resume(*loaded.model, *loaded.optimizer,
+                             [&](const std::string& w) { warnings.push_back(w); }),
+               DataError);
+  EXPECT_EQ(warnings.size(), 3u);
+
+  rt::CheckpointFolder empty(dir_ / "empty", 1);
+  EXPECT_FALSE(empty.resume(*loaded.model, *loaded.optimizer, [](const std::string&) {}));
+}
+
+}  // namespace
