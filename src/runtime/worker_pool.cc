@@ -65,14 +65,18 @@ void WorkerPool::loop(int local) {
       step_.invoke(step_.object, ctx);
       ctx.end_step();
     } catch (Error& e) {
+      // The exception is read before it is handed over: once recorded, another replica's
+      // failure may replace it and release it.
       if (!e.replica()) e.set_replica(id);
+      const std::string what = e.what();
       record_failure(local, std::current_exception());
-      comm_.fail(id, e.what());
+      comm_.fail(id, what);
     } catch (const std::exception& e) {
-      const std::string what = "replica " + std::to_string(id) + " failed: " + e.what();
+      const std::string cause = e.what();
+      const std::string what = "replica " + std::to_string(id) + " failed: " + cause;
       record_failure(local,
                      std::make_exception_ptr(ReplicaFailed(what, id, std::current_exception())));
-      comm_.fail(id, e.what());
+      comm_.fail(id, cause);
     } catch (...) {
       const std::string what =
           "replica " + std::to_string(id) + " failed with a non-standard exception";
