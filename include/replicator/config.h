@@ -39,6 +39,14 @@ struct Config {
   std::chrono::microseconds spin{50};
   // Processes of this job on this host (mpirun tells it; `replicator launch` sets it).
   int host_processes = 1;
+  // Elastic jobs (`replicator launch --nnodes`, gloo only): the generation this process
+  // belongs to (-1: the job is not elastic) and how many restarts came before it; and the
+  // heartbeat its agent watches: every `heartbeat` (0: none) a counter is written to the
+  // store at `heartbeat_store` (see src/engines/store/elastic_store.h).
+  int generation = -1;
+  int restart_count = 0;
+  std::chrono::milliseconds heartbeat{0};
+  std::string heartbeat_store;
 
   // Defaults overridden by REPLICATOR_<OPTION> for every option of `options()`
   // (REPLICATOR_LOCAL_REPLICAS, REPLICATOR_TIMEOUT such as "30s", REPLICATOR_ENGINE,
@@ -50,14 +58,16 @@ struct Config {
   static Config from_env();
 
   // Sets one option by name ("local-replicas", "timeout", "spin", "host-processes",
-  // "engine", "rank", "world-size", "store", "host", "job") from its text form. Throws ConfigError
-  // for an unknown name or an invalid value.
+  // "engine", "rank", "world-size", "store", "host", "job", "generation", "restart-count",
+  // "heartbeat", "heartbeat-store") from its text form. Throws ConfigError for an unknown
+  // name or an invalid value.
   void set(std::string_view name, std::string_view value);
 
   // The option names `set` accepts, with a one-line description each.
   static std::vector<std::pair<std::string, std::string>> options();
 
-  // Throws ConfigError if a field is out of range (local_replicas < 1, timeout <= 0, ...).
+  // Throws ConfigError if a field is out of range (local_replicas < 1, timeout <= 0, ...),
+  // or an elastic job (generation >= 0) is asked to run on another engine than gloo.
   void validate() const;
 };
 

@@ -104,6 +104,27 @@ void Config::set(std::string_view name, std::string_view value) {
   } else if (name == "job") {
     if (value.empty()) throw ConfigError(what + " must not be empty");
     job = value;
+  } else if (name == "generation") {
+    const long long n = parse_integer(value, what);
+    if (n < -1 || n > 1'000'000'000) {
+      throw ConfigError(what + " must be a generation >= 0 (or -1), got '" + std::string(value) +
+                        "'");
+    }
+    generation = static_cast<int>(n);
+  } else if (name == "restart-count") {
+    const long long n = parse_integer(value, what);
+    if (n < 0 || n > 1'000'000'000) {
+      throw ConfigError(what + " must be a count >= 0, got '" + std::string(value) + "'");
+    }
+    restart_count = static_cast<int>(n);
+  } else if (name == "heartbeat") {
+    heartbeat = std::chrono::duration_cast<std::chrono::milliseconds>(parse_duration(value, what));
+  } else if (name == "heartbeat-store") {
+    if (!value.starts_with("file://") && !value.starts_with("redis://")) {
+      throw ConfigError(what + " must be file:///shared/dir/job or redis://host:port/job, got '" +
+                        std::string(value) + "'");
+    }
+    heartbeat_store = value;
   } else {
     std::string known;
     for (const auto& [option, help] : options()) known += (known.empty() ? "" : ", ") + option;
@@ -121,7 +142,11 @@ std::vector<std::pair<std::string, std::string>> Config::options() {
           {"world-size", "gloo: number of processes"},
           {"store", "gloo: rendezvous, file:///shared/dir or redis://host:port"},
           {"host", "gloo: address the other processes reach this one at"},
-          {"job", "gloo: job name, keeps jobs sharing a store apart"}};
+          {"job", "gloo: job name, keeps jobs sharing a store apart"},
+          {"generation", "elastic jobs: the generation of this process (set by the agent)"},
+          {"restart-count", "elastic jobs: restarts before this generation (set by the agent)"},
+          {"heartbeat", "elastic jobs: interval of the heartbeat the agent watches, e.g. 1s"},
+          {"heartbeat-store", "elastic jobs: where the heartbeat goes (set by the agent)"}};
 }
 
 Config Config::from_env() {
@@ -169,6 +194,21 @@ void Config::validate() const {
                         std::to_string(world_size));
     }
   }
+  if (generation >= 0 && engine != Engine::kGloo) {
+    throw ConfigError(
+        "this process belongs to generation " + std::to_string(generation) +
+        " of an elastic job (`replicator launch --nnodes` or --max-restarts), which runs on the "
+        "gloo engine only, not on " +
+        std::string(to_string(engine)) +
+        ": mpirun cannot replace a lost process; leave out the engine choice, or start a job "
+        "that is not elastic");
+  }
+  if (heartbeat.count() > 0 && heartbeat_store.empty()) {
+    throw ConfigError(
+        "a heartbeat needs its store: set REPLICATOR_HEARTBEAT_STORE (the agent "
+        "of an elastic job sets both)");
+  }
+  if (heartbeat.count() < 0) throw ConfigError("heartbeat must not be negative");
 #if !defined(REPLICATOR_HAVE_MPI)
   if (engine == Engine::kMpi) {
     throw ConfigError(

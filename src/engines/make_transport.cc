@@ -30,7 +30,9 @@ std::unique_ptr<Transport> make_transport(const Config& config) {
                                   .host = config.host,
                                   .job = config.job,
                                   .lanes = config.local_replicas,
-                                  .timeout = config.timeout});
+                                  .timeout = config.timeout,
+                                  .heartbeat = config.heartbeat,
+                                  .heartbeat_store = config.heartbeat_store});
 #else
       break;
 #endif

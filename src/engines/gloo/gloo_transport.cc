@@ -59,6 +59,7 @@
 #include "replicator/errors.h"
 #include "src/comm/poison.h"
 #include "src/engines/abort_notice.h"
+#include "src/engines/store/heartbeat.h"
 #include "src/engines/store/store.h"
 
 namespace replicator::detail {
@@ -196,6 +197,7 @@ class GlooTransport final : public Transport, public NativeCollectives {
   const int num_lanes_;
   const std::string job_;
   const milliseconds timeout_;
+  std::unique_ptr<Heartbeat> heartbeat_;  // from before the rendezvous to the end
   std::unique_ptr<Store> store_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::unique_ptr<Lane[]> lanes_;
@@ -211,6 +213,11 @@ GlooTransport::GlooTransport(const GlooOptions& options, std::unique_ptr<Store> 
       num_lanes_(options.lanes),
       job_(options.job),
       timeout_(options.timeout),
+      heartbeat_(options.heartbeat.count() > 0
+                     ? std::make_unique<Heartbeat>(options.heartbeat_store,
+                                                   "heartbeat/" + std::to_string(options.rank),
+                                                   options.heartbeat)
+                     : nullptr),
       store_(std::move(store)),
       lanes_(std::make_unique<Lane[]>(static_cast<std::size_t>(options.lanes))) {
   const Clock::time_point deadline = Clock::now() + options.timeout;

@@ -26,6 +26,11 @@ struct GlooOptions {
   std::string job = "replicator";  // key prefix in the store (several jobs may share one)
   int lanes = 1;
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // rendezvous/connect deadline
+  // Elastic jobs: while the transport lives, a counter is written every `heartbeat` to key
+  // "heartbeat/<rank>" of the elastic store `heartbeat_store` (see store/heartbeat.h);
+  // zero: no heartbeat.
+  std::chrono::milliseconds heartbeat{0};
+  std::string heartbeat_store;
 };
 
 // Makes a transport with `options.lanes` lanes among the `options.size` processes that call
