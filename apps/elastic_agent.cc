@@ -91,6 +91,9 @@ class Agent {
   // a restart.
   void end(int g, bool failure, const std::string& why);
   std::optional<std::string> over() { return store_.get("over"); }
+  // Whether every member of generation g-1 (`previous_members` of them) has joined
+  // generation g, whose first `joined` slots are taken.
+  bool all_rejoined(int g, int previous_members, long long joined);
 
   const ElasticOptions& options_;
   const detail::ElasticUrl url_;
@@ -115,6 +118,20 @@ void Agent::end(int g, bool failure, const std::string& why) {
   }
 }
 
+bool Agent::all_rejoined(int g, int previous_members, long long joined) {
+  std::vector<std::string> present;
+  for (long long s = 0; s < joined; ++s) {
+    if (auto who = store_.get(gen(g) + "/member/" + std::to_string(s))) {
+      present.push_back(std::move(*who));
+    }
+  }
+  for (int s = 0; s < previous_members; ++s) {
+    const auto who = store_.get(gen(g - 1) + "/member/" + std::to_string(s));
+    if (!who || std::find(present.begin(), present.end(), *who) == present.end()) return false;
+  }
+  return true;
+}
+
 std::optional<Membership> Agent::rendezvous(int g) {
   const Clock::time_point start = Clock::now();
   for (;;) {
@@ -136,7 +153,7 @@ std::optional<Membership> Agent::rendezvous(int g) {
         std::sscanf(closed->c_str(), "%d %d", &members, &restarts);
         if (slot < members) return Membership{g, slot, members, restarts};
         say("generation " + std::to_string(g) + " started with " + std::to_string(members) +
-            " hosts without this one; this host joins the next");
+            (members == 1 ? " host" : " hosts") + " without this one; this host joins the next");
         ++g;
         break;
       }
@@ -150,7 +167,7 @@ std::optional<Membership> Agent::rendezvous(int g) {
       if (previous) std::sscanf(previous->c_str(), "%d %d", &previous_members, &previous_restarts);
       if (count >= options_.min_hosts && previous_ended) {
         if (min_reached == Clock::time_point{}) min_reached = now;
-        const bool all_back = g > 0 && previous && count >= previous_members;
+        const bool all_back = previous && all_rejoined(g, previous_members, count);
         if (count >= options_.max_hosts || all_back || now - min_reached >= options_.last_call) {
           const int members = static_cast<int>(std::min<long long>(count, options_.max_hosts));
           int restarts = 0;

@@ -95,9 +95,44 @@ TEST(ConfigTest, OptionsListsEveryNameSetAccepts) {
     names.push_back(name);
     EXPECT_FALSE(help.empty()) << name;
   }
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"local-replicas", "timeout", "spin", "host-processes",
-                                      "engine", "rank", "world-size", "store", "host", "job"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"local-replicas", "timeout", "spin", "host-processes",
+                                             "engine", "rank", "world-size", "store", "host", "job",
+                                             "generation", "restart-count", "heartbeat",
+                                             "heartbeat-store"}));
+}
+
+TEST(ConfigTest, ElasticJobsRunOnGlooOnly) {
+  Config config;
+  config.set("generation", "2");
+  config.set("restart-count", "1");
+  EXPECT_EQ(config.generation, 2);
+  EXPECT_EQ(config.restart_count, 1);
+  for (const char* engine : {"local", "mpi"}) {
+    config.set("engine", engine);
+    const std::string message = config_error_message([&] { config.validate(); });
+    EXPECT_HAS_SUBSTR(message, "generation 2 of an elastic job");
+    EXPECT_HAS_SUBSTR(message, "gloo engine only, not on " + std::string(engine));
+  }
+  config.set("engine", "gloo");
+  config.set("store", "file:///tmp/rendezvous");
+  EXPECT_NO_THROW(config.validate());
+  config.set("generation", "-1");  // not elastic: any engine
+  config.set("engine", "local");
+  EXPECT_NO_THROW(config.validate());
+  EXPECT_THROW(config.set("generation", "-2"), ConfigError);
+  EXPECT_THROW(config.set("restart-count", "-1"), ConfigError);
+}
+
+TEST(ConfigTest, HeartbeatNeedsItsStore) {
+  Config config;
+  config.set("heartbeat", "250ms");
+  EXPECT_EQ(config.heartbeat, milliseconds(250));
+  EXPECT_HAS_SUBSTR(config_error_message([&] { config.validate(); }), "REPLICATOR_HEARTBEAT_STORE");
+  config.set("heartbeat-store", "file:///tmp/job/gen0");
+  EXPECT_NO_THROW(config.validate());
+  EXPECT_HAS_SUBSTR(config_error_message([&] { config.set("heartbeat-store", "/tmp/x"); }),
+                    "redis://host:port/job");
+  EXPECT_THROW(config.set("heartbeat", "soon"), ConfigError);
 }
 
 TEST(ConfigTest, EngineOptions) {

@@ -24,3 +24,10 @@ if(TARGET replicator)
   list(APPEND _gloo_tests gloo_transport_redis launch_test)
 endif()
 set_tests_properties(${_gloo_tests} PROPERTIES LABELS "multiproc" TIMEOUT 120)
+
+# The elastic store on a folder, in one process (its Redis side: tests/apps/elastic_job.sh).
+add_executable(elastic_store_test ${CMAKE_CURRENT_LIST_DIR}/elastic_store_test.cc)
+target_include_directories(elastic_store_test PRIVATE ${PROJECT_SOURCE_DIR})
+target_link_libraries(elastic_store_test PRIVATE replicator::core GTest::gtest_main)
+target_compile_options(elastic_store_test PRIVATE -Wall -Wextra)
+gtest_discover_tests(elastic_store_test PROPERTIES LABELS "unit" DISCOVERY_TIMEOUT 60)

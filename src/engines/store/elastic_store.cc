@@ -310,11 +310,14 @@ std::int64_t ElasticStore::add(const std::string& key, std::int64_t delta) {
     throw ConfigError("rendezvous store " + url_.text + ": cannot open " + lock_name + ": " +
                       errno_text(errno));
   }
-  // A POSIX record lock, which network file systems honour across hosts.
+  // An open-file-description lock: a record lock, which network file systems honour across
+  // hosts, owned by this open file rather than by the process, so that threads of one
+  // process exclude each other too.
   struct flock lock {};
   lock.l_type = F_WRLCK;
   lock.l_whence = SEEK_SET;
-  while (::fcntl(fd, F_SETLKW, &lock) != 0) {
+  lock.l_pid = 0;
+  while (::fcntl(fd, F_OFD_SETLKW, &lock) != 0) {
     if (errno == EINTR) continue;
     const int error = errno;
     ::close(fd);
