@@ -25,7 +25,12 @@ train=(train classifier --batch 64 --checkpoint-every 5 --no-eval --no-progress 
 fast=(--max-restarts 3 --heartbeat 200ms --heartbeat-timeout 2s --last-call 1s)
 digest() { sed -n 's/.*"digest":"\([0-9a-f]*\)".*/\1/p' "$@"; }
 now_ms() { date +%s%3N; }
-lines() { cat "$1" 2>/dev/null | wc -l; }
+# The step of the newest checkpoint in folder $1 (0: none).
+newest() {
+  local n
+  n=$(ls "$1" 2>/dev/null | sed -n 's/^checkpoint-0*\([0-9][0-9]*\)\.pt$/\1/p' | sort -n | tail -1)
+  echo "${n:-0}"
+}
 worker_pid() {  # out-folder rank
   local pid
   for pid in $(pgrep -f -- "--out $1"); do
@@ -42,7 +47,7 @@ injected=0 completed=0 restarts_total=0 equal=0 compared=0 lost=0 longest=0
 # one KIND INDEX
 one() {
   local kind="$1" i="$2" out="$work/$1-$2" err="$work/$1-$2.err" res="$work/$1-$2.out"
-  local at=$((10 + RANDOM % (steps - 30)))
+  local at=$((10 + RANDOM % (steps - 30)))  # a checkpoint step is reached, then the fault
   local rank=$((RANDOM % 2))
   local agents=()
   if [ "$kind" = agent ]; then
@@ -57,7 +62,7 @@ one() {
     agents+=($!)
   fi
   local deadline=$((SECONDS + 120))
-  while [ "$(lines "$out/metrics.jsonl")" -lt "$at" ]; do
+  while [ "$(newest "$out")" -lt "$at" ]; do
     [ $SECONDS -lt $deadline ] || { echo "$kind $i: no progress" >&2; return; }
     sleep 0.02
   done
@@ -68,30 +73,20 @@ one() {
     stop) kill -STOP "$(worker_pid "$out" $rank)" ;;
     agent) kill -KILL "${agents[1]}" ;;
     torn)
-      local newest
-      newest=$(ls "$out"/checkpoint-*.pt | tail -1)
+      local latest
+      latest=$(ls "$out"/checkpoint-*.pt | tail -1)
       kill -KILL "$(worker_pid "$out" $rank)"
-      truncate -s $(( $(stat -c %s "$newest") / 2 )) "$newest"
+      truncate -s $(( $(stat -c %s "$latest") / 2 )) "$latest"
       ;;
   esac
   injected=$((injected + 1))
-  # Recovery: the first training step after the restart, i.e. the metrics file grows again
-  # after the second generation began.
+  # Recovery: from the fault to the restarted job running again, i.e. replica 0 of the new
+  # generation printing "resuming from" (after its rendezvous and the checkpoint's load).
   local t1="" gen_err="$err"
   [ "$kind" = agent ] && gen_err="$err.0"
   while kill -0 "${agents[0]}" 2>/dev/null; do
-    if [ -z "$t1" ] && grep -q "generation 1:" "$gen_err"; then
-      local base
-      base=$(lines "$out/metrics.jsonl")
-      while kill -0 "${agents[0]}" 2>/dev/null; do
-        local resumed
-        resumed=$(grep -ho 'resuming from .*checkpoint-0*\([0-9]*\)' "$res"* "$err"* | tail -1 | sed 's/.*checkpoint-0*//')
-        if [ -n "$resumed" ] && grep -q "\"step\":$((resumed + 1))," "$out/metrics.jsonl" 2>/dev/null; then
-          t1=$(now_ms)
-          break
-        fi
-        sleep 0.02
-      done
+    if [ -z "$t1" ] && grep -q "resuming from" "$gen_err" "$err".* 2>/dev/null; then
+      t1=$(now_ms)
     fi
     sleep 0.02
   done
