@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -33,12 +34,29 @@ void write_all(int fd, const std::string& bytes, const std::string& path) {
   }
 }
 
+// A temporary name next to `path` that no other writer uses: this host, process and a
+// counter of this process (threads and hosts sharing a folder never meet).
+std::string temp_path(const std::filesystem::path& path) {
+  static std::atomic<std::uint64_t> counter{0};
+  char host[64] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  std::string name = ".";
+  name += path.filename().string();
+  name += ".tmp.";
+  name += host;
+  name += '.';
+  name += std::to_string(::getpid());
+  name += '.';
+  name += std::to_string(++counter);
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
+  return (dir / name).string();
+}
+
 // Writes `bytes` to `path` through a temporary file, fsync and rename.
 void write_atomically(const std::filesystem::path& path, const std::string& bytes) {
   const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
-  const std::string tmp =
-      (dir / ("." + path.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const std::string tmp = temp_path(path);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     throw DataError("cannot create checkpoint " + tmp + ": " + error_text(errno), path.string());
   }
