@@ -91,6 +91,9 @@ class Agent {
   // a restart.
   void end(int g, bool failure, const std::string& why);
   std::optional<std::string> over() { return store_.get("over"); }
+  // Whether the agents of generation g (its first `members` slots) have all been silent
+  // for the heartbeat timeout, as watched through `beats` from the first look on.
+  bool all_silent(int g, int members, std::map<int, Beat>& beats, Clock::time_point now);
   // Whether every member of generation g-1 (`previous_members` of them) has joined
   // generation g, whose first `joined` slots are taken.
   bool all_rejoined(int g, int previous_members, long long joined);
@@ -116,6 +119,17 @@ void Agent::end(int g, bool failure, const std::string& why) {
   if (store_.create(gen(g) + "/end", (failure ? "failure " : "change ") + why)) {
     say("generation " + std::to_string(g) + ": " + why);
   }
+}
+
+bool Agent::all_silent(int g, int members, std::map<int, Beat>& beats, Clock::time_point now) {
+  bool silent = members > 0;
+  for (int s = 0; s < members; ++s) {
+    auto [it, fresh] = beats.try_emplace(s);
+    if (fresh) it->second.changed = now;
+    const milliseconds quiet = it->second.look(store_, gen(g) + "/agent/" + std::to_string(s), now);
+    silent = silent && quiet >= options_.heartbeat_timeout;
+  }
+  return silent;
 }
 
 bool Agent::all_rejoined(int g, int previous_members, long long joined) {
@@ -144,6 +158,7 @@ std::optional<Membership> Agent::rendezvous(int g) {
     beat(my_beat, Clock::now(), true);
     Clock::time_point min_reached{};  // when MIN hosts had joined; epoch: not yet
     bool waiting_said = false;
+    std::map<int, Beat> previous_agents;  // the agents of generation g-1, while it runs
     for (;;) {
       const Clock::time_point now = Clock::now();
       beat(my_beat, now);
@@ -165,6 +180,15 @@ std::optional<Membership> Agent::rendezvous(int g) {
       int previous_members = 0;
       int previous_restarts = 0;
       if (previous) std::sscanf(previous->c_str(), "%d %d", &previous_members, &previous_restarts);
+      if (previous && !previous_ended &&
+          all_silent(g - 1, previous_members, previous_agents, now)) {
+        // Every agent of the generation before is gone (killed with their hosts, say) and
+        // none could end it: end it here, so that the job goes on.
+        end(g - 1, true,
+            "no agent of it answers (all silent for " + seconds_text(options_.heartbeat_timeout) +
+                " or more)");
+        continue;
+      }
       if (count >= options_.min_hosts && previous_ended) {
         if (min_reached == Clock::time_point{}) min_reached = now;
         const bool all_back = previous && all_rejoined(g, previous_members, count);

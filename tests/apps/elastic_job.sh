@@ -10,6 +10,8 @@
 #   hosts:     two agents (--nnodes 1:2, one process each) and one agent killed: the job
 #              goes on with one host, the same global batch on fewer replicas;
 #   join:      a second agent that comes later takes part from the next generation;
+#   orphan:    every agent of a job killed, then one started again with the same --rdzv: it
+#              ends the silent generation itself and finishes the job from its checkpoint;
 #   refuse:    an elastic job asked to run on mpi, or under mpirun, fails with a clear message;
 #   interrupt: SIGINT to an agent ends its workers and the agent (status 130).
 # Usage: elastic_job.sh BUILD_DIR [CASE...]   (no case: all)
@@ -17,7 +19,7 @@ set -uo pipefail
 replicator="$(cd "$1" && pwd)/replicator"
 shift
 cases=("$@")
-[ ${#cases[@]} -gt 0 ] || cases=(kill stop redis give-up hosts join refuse interrupt)
+[ ${#cases[@]} -gt 0 ] || cases=(kill stop redis give-up hosts join orphan refuse interrupt)
 work="$(mktemp -d)"
 cleanup() {
   pkill -9 -f "$work" 2>/dev/null
@@ -172,6 +174,26 @@ case_join() {
   grep -q "restarts so far 0" "$work/join1.err" || fail "join: a host joining counted as a restart"
   [ "$(field replicas "$work/join0.out" "$work/join1.out")" = 2 ] || fail "join: did not end on 2 replicas"
   echo "join: a second host joined at generation 1 (not counted as a restart)"
+}
+
+case_orphan() {
+  local out="$work/orphan" rdzv="file://$work/rdzv-orphan/job" i
+  for i in 0 1; do
+    "$replicator" launch --nnodes 1:2 -n 1 --rdzv "$rdzv" "${fast[@]}" -- \
+      "$replicator" "${train[@]}" --steps 60 --out "$out" > /dev/null 2> "$work/orphan$i.err" &
+    eval "agent$i=$!"
+  done
+  wait_for "$out" 15 60 || fail "orphan: no progress: $(tail "$work"/orphan*.err)"
+  kill -9 "$agent0" "$agent1"
+  wait "$agent0" "$agent1" 2>/dev/null
+  "$replicator" launch --nnodes 1:2 -n 1 --rdzv "$rdzv" "${fast[@]}" -- \
+    "$replicator" "${train[@]}" --steps 60 --out "$out" > "$work/orphan.out" 2> "$work/orphan.err" ||
+    fail "orphan: the new agent failed: $(grep launch: "$work/orphan.err")"
+  grep -q "generation 0: no agent of it answers" "$work/orphan.err" ||
+    fail "orphan: $(grep launch: "$work/orphan.err")"
+  grep -q "resuming from" "$work/orphan.err" || fail "orphan: did not resume from a checkpoint"
+  [ "$(field steps "$work/orphan.out")" = 60 ] || fail "orphan: did not finish"
+  echo "orphan: a job whose agents were all killed goes on when one is started again"
 }
 
 case_refuse() {
