@@ -6,8 +6,9 @@
 #   stop  x STOPS   SIGSTOP to a random worker at a random step (found by its heartbeat)
 #   agent x 1       two agents (--nnodes 1:2, one process each), one agent SIGKILLed: the
 #                   job goes on over one host (same global batch, so no digest to compare)
-#   torn  x TORNS   SIGKILL to a worker and the newest checkpoint cut short at that moment:
-#                   the restart skips it and resumes from the one before
+#   torn  x TORNS   SIGKILL to a worker and the newest checkpoint damaged at that moment (cut
+#                   short, or 4 KiB of garbage in its middle, in turn): the restart skips it
+#                   with a warning and resumes from the one before
 # Per run: the step of the fault, restarts used, whether the digest equals the uninterrupted
 # run's, recovery time (fault to the first training step after the restart), and whether
 # every checkpoint left in --out loads. Prints a table and the totals.
@@ -76,7 +77,12 @@ one() {
       local latest
       latest=$(ls "$out"/checkpoint-*.pt | tail -1)
       kill -KILL "$(worker_pid "$out" $rank)"
-      truncate -s $(( $(stat -c %s "$latest") / 2 )) "$latest"
+      if [ $((i % 2)) = 1 ]; then  # cut short, as a write cut off would leave it
+        truncate -s $(( $(stat -c %s "$latest") / 2 )) "$latest"
+      else                         # 4 KiB of garbage in the middle, as a bad disk would
+        dd if=/dev/urandom of="$latest" bs=4096 count=1 conv=notrunc \
+          seek=$(( $(stat -c %s "$latest") / 8192 )) 2>/dev/null
+      fi
       ;;
   esac
   injected=$((injected + 1))
