@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -37,6 +38,8 @@ constexpr std::uint64_t kStored = 0;
 constexpr std::uint64_t kDeflated = 8;
 // General purpose flags: encrypted, strong encryption, masked local header.
 constexpr std::uint64_t kEncrypted = (1u << 0) | (1u << 6) | (1u << 13);
+// External attributes: the MS-DOS folder bit.
+constexpr std::uint64_t kDosFolder = 0x10;
 // zlib counts in uInt: larger spans go in pieces of this size.
 constexpr std::uint64_t kMaxChunk = std::uint64_t{1} << 30;
 // A version record longer than this is not one LibTorch writes ("3\n").
@@ -101,22 +104,25 @@ Directory find_directory(const ZipReader& zip) {
   dir.size = zip.field(end + 12, 4, "end record");
   dir.entries = zip.field(end + 10, 2, "end record");
   dir.end = end;
-  if (dir.offset == kZip64Marker || dir.size == kZip64Marker || dir.entries == 0xffff) {
-    // Zip64 (over 4 GiB or 65535 entries): a locator before the end record names the
-    // zip64 end record, which holds the real fields.
-    if (end < kZip64LocatorBytes ||
-        zip.field(end - kZip64LocatorBytes, 4, "zip64 locator") != kZip64Locator) {
-      zip.fail("is corrupt: its end record points to a zip64 record that is not there");
-    }
+  // A zip64 locator before the end record names the zip64 end record, whose fields count
+  // instead (LibTorch writes both; its reader, miniz, reads the zip64 one whenever the
+  // locator is there): read the same, or a forged zip64 record shows LibTorch another
+  // directory than the one checked here.
+  const bool zip64 = end >= kZip64LocatorBytes &&
+                     zip.field(end - kZip64LocatorBytes, 4, "zip64 locator") == kZip64Locator;
+  if (zip64) {
     const std::uint64_t at = zip.field(end - kZip64LocatorBytes + 8, 8, "zip64 locator");
-    if (zip.field(at, 4, "zip64 end record") != kZip64End) {
-      zip.fail("is corrupt: no zip64 end record at byte " + std::to_string(at));
+    if (at > end || end - at < kZip64EndBytes ||
+        zip.field(at, 4, "zip64 end record") != kZip64End) {
+      zip.fail("is corrupt: its zip64 locator names no zip64 end record (at byte " +
+               std::to_string(at) + ")");
     }
     dir.offset = zip.field(at + 48, 8, "zip64 end record");
     dir.size = zip.field(at + 40, 8, "zip64 end record");
     dir.entries = zip.field(at + 32, 8, "zip64 end record");
     dir.end = at;
-    if (at + kZip64EndBytes > end) zip.fail("is corrupt: its zip64 end record overlaps the end");
+  } else if (dir.offset == kZip64Marker || dir.size == kZip64Marker || dir.entries == 0xffff) {
+    zip.fail("is corrupt: its end record points to a zip64 record that is not there");
   }
   if (dir.offset > dir.end || dir.end - dir.offset < dir.size) {
     zip.fail("is corrupt: its central directory (" + std::to_string(dir.size) + " bytes at " +
@@ -180,9 +186,7 @@ std::uint32_t entry_crc(const ZipReader& zip, std::string_view data, bool deflat
 // LibTorch's reader needs a version record, a decimal number of a format version it reads;
 // without one it throws from its constructor and leaks what its zip reader allocated (found
 // by the fuzzer), so the record is checked here first.
-void check_version(const ZipReader& zip, const std::string& folder, bool found,
-                   const std::string& version) {
-  if (!found) zip.fail("is corrupt: it has no record " + folder + "version");
+void check_version(const ZipReader& zip, const std::string& version) {
   std::uint64_t value = 0;
   std::size_t digits = 0;
   while (digits < version.size() && version[digits] >= '0' && version[digits] <= '9' &&
@@ -201,6 +205,20 @@ void check_version(const ZipReader& zip, const std::string& folder, bool found,
   }
 }
 
+// Whether `path` names `record` of `folder` as LibTorch's reader looks it up (miniz compares
+// names without case).
+bool names_record(std::string_view path, const std::string& folder, std::string_view record) {
+  const auto lower = [](char c) {
+    return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  };
+  return path.size() == folder.size() + record.size() &&
+         std::equal(folder.begin(), folder.end(), path.begin(),
+                    [&](char a, char b) { return lower(a) == lower(b); }) &&
+         std::equal(record.begin(), record.end(),
+                    path.begin() + static_cast<std::ptrdiff_t>(folder.size()),
+                    [&](char a, char b) { return lower(a) == lower(b); });
+}
+
 // Checks each entry of the zip archive against the CRC-32 its central directory holds.
 // LibTorch's reader checks no checksum, and its TorchScript importer, which compiles the
 // archive's code/ entries, can crash on a corrupt source (a SEGV, found by the fuzzer): a
@@ -217,10 +235,8 @@ void check_zip(std::string_view bytes, const std::string& name) {
   }
   const Directory dir = find_directory(zip);
   if (dir.entries == 0) zip.fail("is corrupt: its zip archive holds no entry");
-  std::string folder;   // the first entry's, with its slash
-  std::string version;  // the content of the version record
-  bool version_found = false;
-  bool version_from_data = false;
+  std::string folder;  // the first entry's, with its slash
+  bool has_version = false;
   std::uint64_t at = dir.offset;
   const std::uint64_t dir_end = dir.offset + dir.size;
   for (std::uint64_t i = 0; i < dir.entries; ++i) {
@@ -236,6 +252,7 @@ void check_zip(std::string_view bytes, const std::string& name) {
     const auto name_bytes = zip.field(at + 28, 2, "directory");
     const auto extra_bytes = zip.field(at + 30, 2, "directory");
     const auto comment_bytes = zip.field(at + 32, 2, "directory");
+    const auto attributes = zip.field(at + 38, 4, "directory");
     std::uint64_t local = zip.field(at + 42, 4, "directory");
     const std::uint64_t next = at + kCentralHeaderBytes + name_bytes + extra_bytes + comment_bytes;
     if (next > dir_end) zip.fail("is corrupt: an entry runs past its central directory");
@@ -267,6 +284,10 @@ void check_zip(std::string_view bytes, const std::string& name) {
       }
       e += 4 + length;
     }
+    // miniz hands out nothing for a folder, so LibTorch would read an empty buffer.
+    if ((attributes & kDosFolder) != 0 || path.empty() || path.back() == '/') {
+      zip.fail("is corrupt: entry " + entry + " is marked as a folder; LibTorch writes none");
+    }
     if ((flags & kEncrypted) != 0) {
       zip.fail("is corrupt: entry " + entry + " is marked encrypted; LibTorch writes none");
     }
@@ -285,26 +306,27 @@ void check_zip(std::string_view bytes, const std::string& name) {
       zip.fail("is corrupt: entry " + entry + " (" + std::to_string(stored) +
                " bytes) runs into the central directory");
     }
-    // The version record, ".data/version" where both are (as LibTorch picks).
-    std::string* content = nullptr;
-    if (original <= kMaxVersionBytes &&
-        (path == folder + "version" || path == folder + ".data/version")) {
-      const bool data_version = path == folder + ".data/version";
-      if (data_version || !version_from_data) {
-        version.clear();
-        version_found = true;
-        version_from_data = data_version;
-        content = &version;
-      }
+    // Every record LibTorch may take for the version (".data/version" or "version") must be
+    // one it reads.
+    std::string version;
+    const bool is_version =
+        names_record(path, folder, "version") || names_record(path, folder, ".data/version");
+    if (is_version && original > kMaxVersionBytes) {
+      zip.fail("is corrupt: its version record " + entry + " holds " + std::to_string(original) +
+               " bytes");
     }
-    if (entry_crc(zip, bytes.substr(data, stored), method == kDeflated, original, entry, content) !=
-        crc) {
+    if (entry_crc(zip, bytes.substr(data, stored), method == kDeflated, original, entry,
+                  is_version ? &version : nullptr) != crc) {
       zip.fail("is corrupt: entry " + entry +
                " fails its CRC-32 check (its bytes changed since it was written)");
     }
+    if (is_version) {
+      check_version(zip, version);
+      has_version = true;
+    }
     at = next;
   }
-  check_version(zip, folder, version_found, version);
+  if (!has_version) zip.fail("is corrupt: it has no record " + folder + "version");
 }
 
 std::int64_t read_scalar(::torch::serialize::InputArchive& archive, const char* key) {
