@@ -31,7 +31,7 @@ artifacts="$build/artifacts"
 rm -rf "$artifacts"
 
 # The value of libFuzzer's final statistic `name` in log `file`, or 0.
-stat() { sed -n "s/^stat::$1: *//p" "$2" | tail -1 | grep . || echo 0; }
+final_stat() { sed -n "s/^stat::$1: *//p" "$2" | tail -1 | grep . || echo 0; }
 
 rows=()
 failed=()
@@ -56,8 +56,9 @@ for name in "${targets[@]}"; do
   crashes="$(find "$artifacts/$name" -type f | wc -l)"
   cov="$(grep -oE 'cov: [0-9]+' "$log" | tail -1 | cut -d' ' -f2 || true)"
   rows+=("$(printf '%-14s %12s %8s %8s %8s %8s %8s' "$name" \
-    "$(stat number_of_executed_units "$log")" "$(stat average_exec_per_sec "$log")" \
-    "$(stat new_units_added "$log")" "$(find "$corpus" -type f | wc -l)" "${cov:-0}" "$crashes")")
+    "$(final_stat number_of_executed_units "$log")" "$(final_stat average_exec_per_sec "$log")" \
+    "$(final_stat new_units_added "$log")" "$(find "$corpus" -type f | wc -l)" "${cov:-0}" \
+    "$crashes")")
   if [ "$rc" -ne 0 ] || [ "$crashes" -ne 0 ]; then
     failed+=("$name")
     echo "fuzz: $name failed (exit status $rc); the end of its log ($log):" >&2
