@@ -12,6 +12,7 @@ packages=(
   libtorch-dev zlib1g-dev dataset-fashion-mnist python3-torch python3-numpy
   libjemalloc2
   clang-format clang-tidy time
+  clang libclang-rt-14-dev
 )
 
 missing=()

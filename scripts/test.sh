@@ -2,7 +2,8 @@
 # The test command: installs what is missing, builds, and runs every test (unit tests,
 # then the multi-process tests on real mpi and gloo processes); then builds the threaded
 # core under ThreadSanitizer and AddressSanitizer and runs its unit tests again (the
-# algorithms across processes run there over the in-memory transport).
+# algorithms across processes run there over the in-memory transport); then runs each fuzz
+# target for 30 s (scripts/fuzz.sh: clang, libFuzzer, ASan and UBSan).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/install_deps.sh"
@@ -39,3 +40,6 @@ BUILD_TYPE=RelWithDebInfo "$root/scripts/build.sh" "$root/build-asan" \
   -DREPLICATOR_SANITIZE=address "${core_only[@]}"
 ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" \
   run_ctest --test-dir "$root/build-asan" -j2 -L unit
+
+echo "== fuzzing: each parser's libFuzzer target for 30 s (tests/fuzz)"
+"$root/scripts/fuzz.sh" 30

@@ -7,6 +7,7 @@
 
 #include "replicator/errors.h"
 #include "src/base/launch_env.h"
+#include "src/base/text.h"
 
 namespace replicator {
 namespace {
@@ -16,7 +17,7 @@ long long parse_integer(std::string_view text, std::string_view what) {
   const auto* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, value);
   if (ec != std::errc() || ptr != end || text.empty()) {
-    throw ConfigError(std::string(what) + " must be an integer, got '" + std::string(text) + "'");
+    throw ConfigError(std::string(what) + " must be an integer, got " + detail::quoted(text));
   }
   return value;
 }
@@ -29,8 +30,8 @@ std::chrono::microseconds parse_duration(std::string_view text, std::string_view
   const std::string_view unit = text.substr(digits);
   const auto bad = [&] {
     return ConfigError(std::string(what) +
-                       " must be a duration such as 500ms, 30s, 2m or 50us, got '" +
-                       std::string(text) + "'");
+                       " must be a duration such as 500ms, 30s, 2m or 50us, got " +
+                       detail::quoted(text));
   };
   if (digits == 0) throw bad();
   if (digits > 15) throw bad();  // beyond any sensible duration; also keeps n·scale in range
@@ -42,24 +43,23 @@ std::chrono::microseconds parse_duration(std::string_view text, std::string_view
   if (unit == "m" || unit == "min") scale = 60LL * 1000 * 1000;
   if (scale == 0) throw bad();
   if (n > (365LL * 24 * 3600 * 1000 * 1000) / scale) {
-    throw ConfigError(std::string(what) + " must be at most a year, got '" + std::string(text) +
-                      "'");
+    throw ConfigError(std::string(what) + " must be at most a year, got " + detail::quoted(text));
   }
   return std::chrono::microseconds(n * scale);
 }
 
 void Config::set(std::string_view name, std::string_view value) {
-  const std::string what = "option '" + std::string(name) + "'";
+  const std::string what = "option " + detail::quoted(name);
   if (name == "local-replicas") {
     const long long n = parse_integer(value, what);
     if (n < 1 || n > 4096) {
-      throw ConfigError(what + " must be between 1 and 4096, got '" + std::string(value) + "'");
+      throw ConfigError(what + " must be between 1 and 4096, got " + detail::quoted(value));
     }
     local_replicas = static_cast<int>(n);
   } else if (name == "timeout") {
     const auto d = parse_duration(value, what);
     if (d < std::chrono::milliseconds(1)) {
-      throw ConfigError(what + " must be at least 1ms, got '" + std::string(value) + "'");
+      throw ConfigError(what + " must be at least 1ms, got " + detail::quoted(value));
     }
     timeout = std::chrono::duration_cast<std::chrono::milliseconds>(d);
   } else if (name == "spin") {
@@ -67,7 +67,7 @@ void Config::set(std::string_view name, std::string_view value) {
   } else if (name == "host-processes") {
     const long long n = parse_integer(value, what);
     if (n < 1 || n > 1'000'000) {
-      throw ConfigError(what + " must be a process count >= 1, got '" + std::string(value) + "'");
+      throw ConfigError(what + " must be a process count >= 1, got " + detail::quoted(value));
     }
     host_processes = static_cast<int>(n);
   } else if (name == "engine") {
@@ -78,57 +78,64 @@ void Config::set(std::string_view name, std::string_view value) {
     } else if (value == "gloo") {
       engine = Engine::kGloo;
     } else {
-      throw ConfigError(what + " must be local, mpi or gloo, got '" + std::string(value) + "'");
+      throw ConfigError(what + " must be local, mpi or gloo, got " + detail::quoted(value));
     }
   } else if (name == "rank") {
     const long long n = parse_integer(value, what);
     if (n < 0 || n > 1'000'000) {
-      throw ConfigError(what + " must be a process rank >= 0, got '" + std::string(value) + "'");
+      throw ConfigError(what + " must be a process rank >= 0, got " + detail::quoted(value));
     }
     rank = static_cast<int>(n);
   } else if (name == "world-size") {
     const long long n = parse_integer(value, what);
     if (n < 1 || n > 1'000'000) {
-      throw ConfigError(what + " must be a process count >= 1, got '" + std::string(value) + "'");
+      throw ConfigError(what + " must be a process count >= 1, got " + detail::quoted(value));
     }
     world_size = static_cast<int>(n);
   } else if (name == "store") {
     if (!value.starts_with("file://") && !value.starts_with("redis://")) {
-      throw ConfigError(what + " must be file:///shared/dir or redis://host:port, got '" +
-                        std::string(value) + "'");
+      throw ConfigError(what + " must be file:///shared/dir or redis://host:port, got " +
+                        detail::quoted(value));
+    }
+    if (detail::has_control(value)) {
+      throw ConfigError(what + " must not hold control characters, got " + detail::quoted(value));
     }
     store = value;
-  } else if (name == "host") {
+  } else if (name == "host" || name == "job") {
+    // Handed on as C strings (an address to connect to, key names in the store): a NUL would
+    // cut them short, other control bytes make names no one can type.
     if (value.empty()) throw ConfigError(what + " must not be empty");
-    host = value;
-  } else if (name == "job") {
-    if (value.empty()) throw ConfigError(what + " must not be empty");
-    job = value;
+    if (detail::has_control(value)) {
+      throw ConfigError(what + " must not hold control characters, got " + detail::quoted(value));
+    }
+    (name == "host" ? host : job) = value;
   } else if (name == "generation") {
     const long long n = parse_integer(value, what);
     if (n < -1 || n > 1'000'000'000) {
-      throw ConfigError(what + " must be a generation >= 0 (or -1), got '" + std::string(value) +
-                        "'");
+      throw ConfigError(what + " must be a generation >= 0 (or -1), got " + detail::quoted(value));
     }
     generation = static_cast<int>(n);
   } else if (name == "restart-count") {
     const long long n = parse_integer(value, what);
     if (n < 0 || n > 1'000'000'000) {
-      throw ConfigError(what + " must be a count >= 0, got '" + std::string(value) + "'");
+      throw ConfigError(what + " must be a count >= 0, got " + detail::quoted(value));
     }
     restart_count = static_cast<int>(n);
   } else if (name == "heartbeat") {
     heartbeat = std::chrono::duration_cast<std::chrono::milliseconds>(parse_duration(value, what));
   } else if (name == "heartbeat-store") {
     if (!value.starts_with("file://") && !value.starts_with("redis://")) {
-      throw ConfigError(what + " must be file:///shared/dir/job or redis://host:port/job, got '" +
-                        std::string(value) + "'");
+      throw ConfigError(what + " must be file:///shared/dir/job or redis://host:port/job, got " +
+                        detail::quoted(value));
+    }
+    if (detail::has_control(value)) {
+      throw ConfigError(what + " must not hold control characters, got " + detail::quoted(value));
     }
     heartbeat_store = value;
   } else {
     std::string known;
     for (const auto& [option, help] : options()) known += (known.empty() ? "" : ", ") + option;
-    throw ConfigError("unknown option '" + std::string(name) + "'; known options: " + known);
+    throw ConfigError("unknown option " + detail::quoted(name) + "; known options: " + known);
   }
 }
 

@@ -111,24 +111,19 @@ Transport::Ticket post_frame(const Peers& p, const ProcessLayout& layout, LaneSc
   return post(layout, p.me, lane.sends, lane.recvs, p.mine());
 }
 
-// Waits for the frames of `ticket` (post_frame's); throws CollectiveMismatch if any process
-// called something else. Returns the frames by process (this process's own at its rank).
-const std::byte* check_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
-                              Transport::Ticket ticket, Transport::Clock::time_point deadline) {
-  wait(layout, p.me, ticket, deadline, p.mine());
+void check_frame_calls(const ProcessLayout& layout, const std::byte* frames,
+                       const FrameHeader& mine) {
   const int P = layout.processes;
-  std::byte* frames = lane.frames.data();
-  const FrameHeader header = header_of(p.mine());
   bool same = true;
   for (int q = 0; q < P; ++q) {
     FrameHeader theirs;
     std::memcpy(&theirs, frames + static_cast<std::size_t>(q) * kFrameBytes, sizeof theirs);
-    same = same && same_call(theirs, header);
+    same = same && same_call(theirs, mine);
   }
-  if (same) return frames;
+  if (same) return;
   std::vector<std::string> calls;
   std::string message =
-      "collective #" + std::to_string(header.sequence) + " does not match across processes: ";
+      "collective #" + std::to_string(mine.sequence) + " does not match across processes: ";
   for (int q = 0; q < P; ++q) {
     const std::byte* frame = frames + static_cast<std::size_t>(q) * kFrameBytes;
     FrameHeader theirs;
@@ -160,7 +155,16 @@ const std::byte* check_frames(const Peers& p, const ProcessLayout& layout, LaneS
   message +=
       ". Every replica must issue the same collectives in the same order, with the "
       "same dtype, size, root and reduce op.";
-  throw CollectiveMismatch(message, header.sequence, std::move(calls));
+  throw CollectiveMismatch(message, mine.sequence, std::move(calls));
+}
+
+// Waits for the frames of `ticket` (post_frame's); throws CollectiveMismatch if any process
+// called something else. Returns the frames by process (this process's own at its rank).
+const std::byte* check_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                              Transport::Ticket ticket, Transport::Clock::time_point deadline) {
+  wait(layout, p.me, ticket, deadline, p.mine());
+  check_frame_calls(layout, lane.frames.data(), header_of(p.mine()));
+  return lane.frames.data();
 }
 
 const std::byte* exchange_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,

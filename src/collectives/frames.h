@@ -70,9 +70,16 @@ Transport::Ticket post_frame(const Peers& p, const ProcessLayout& layout, LaneSc
                              const void* payload, std::size_t payload_bytes,
                              const FrameHeader* flagged = nullptr);
 
+// Throws CollectiveMismatch if a frame of `frames` (one per process, kFrameBytes each, this
+// process's own at its rank) names another call than `mine`: the message and calls() name
+// what each process's replicas called. The frames came from other processes and may hold any
+// bytes; a header or payload that names no collective, op or dtype is described as such.
+void check_frame_calls(const ProcessLayout& layout, const std::byte* frames,
+                       const FrameHeader& mine);
+
 // Waits for the frames of `ticket` (post_frame's); throws CollectiveMismatch on every
-// replica if any process called something else. Returns the frames by process (this
-// process's own at its rank).
+// replica if any process called something else (check_frame_calls). Returns the frames by process
+// (this process's own at its rank).
 const std::byte* check_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
                               Transport::Ticket ticket, Deadline deadline);
 

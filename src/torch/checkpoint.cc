@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <system_error>
 
 #include "replicator/errors.h"
+#include "src/torch/checkpoint_reader.h"
 
 namespace replicator::torch {
 namespace {
@@ -86,44 +88,28 @@ void write_atomically(const std::filesystem::path& path, const std::string& byte
 
 ::torch::Tensor scalar(std::int64_t v) { return ::torch::tensor(v, ::torch::kLong); }
 
-std::int64_t read_scalar(::torch::serialize::InputArchive& archive, const char* key) {
-  ::torch::Tensor t;
-  archive.read(key, t);
-  return t.item<std::int64_t>();
-}
-
-// Module::load replaces each tensor by the stored one whatever its shape (Tensor::set_), so
-// a checkpoint of another architecture with the same names would load silently: compare
-// every parameter and buffer (names, shapes, dtypes) before anything is changed.
-void check_fits(const ::torch::nn::Module& module, ::torch::serialize::InputArchive& archive,
-                const std::string& prefix, const std::filesystem::path& path) {
-  const auto check = [&](const std::string& name, const ::torch::Tensor& tensor, bool buffer) {
-    ::torch::Tensor stored;
-    if (!archive.try_read(name, stored, buffer)) {
-      throw DataError("checkpoint " + path.string() + " does not fit the model: it has no " +
-                          (buffer ? "buffer " : "parameter ") + prefix + name,
-                      path.string());
-    }
-    if (stored.sizes() != tensor.sizes() || stored.scalar_type() != tensor.scalar_type()) {
-      throw DataError("checkpoint " + path.string() + " does not fit the model: " + prefix + name +
-                          " is " + c10::toString(stored.scalar_type()) + c10::str(stored.sizes()) +
-                          " in the checkpoint and " + c10::toString(tensor.scalar_type()) +
-                          c10::str(tensor.sizes()) + " in the model",
-                      path.string());
-    }
-  };
-  for (const auto& p : module.named_parameters(/*recurse=*/false)) check(p.key(), p.value(), false);
-  for (const auto& b : module.named_buffers(/*recurse=*/false)) check(b.key(), b.value(), true);
-  for (const auto& child : module.named_children()) {
-    if (!child.value()->is_serializable()) continue;
-    ::torch::serialize::InputArchive child_archive;
-    if (!archive.try_read(child.key(), child_archive)) {
-      throw DataError("checkpoint " + path.string() + " does not fit the model: it has no " +
-                          "module " + prefix + child.key(),
-                      path.string());
-    }
-    check_fits(*child.value(), child_archive, prefix + child.key() + ".", path);
+// The bytes of the file at `path`; throws DataError naming it when it cannot be read.
+std::string read_file(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throw DataError("cannot open checkpoint " + path.string() + ": " + error_text(errno),
+                    path.string());
   }
+  std::string bytes;
+  std::array<char, 1 << 16> chunk{};
+  for (;;) {
+    const ssize_t n = ::read(fd, chunk.data(), chunk.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = error_text(errno);
+      ::close(fd);
+      throw DataError("cannot read checkpoint " + path.string() + ": " + why, path.string());
+    }
+    if (n == 0) break;
+    bytes.append(chunk.data(), static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return bytes;
 }
 
 }  // namespace
@@ -155,31 +141,7 @@ TrainingPosition load_checkpoint(const std::filesystem::path& path, ::torch::nn:
   if (!std::filesystem::exists(path)) {
     throw DataError("checkpoint " + path.string() + " does not exist", path.string());
   }
-  TrainingPosition position;
-  try {
-    ::torch::serialize::InputArchive archive;
-    archive.load_from(path.string());
-    ::torch::serialize::InputArchive model_archive;
-    archive.read("model", model_archive);
-    check_fits(model, model_archive, "", path);
-    model.load(model_archive);
-    ::torch::serialize::InputArchive optimizer_archive;
-    archive.read("optimizer", optimizer_archive);
-    optimizer.load(optimizer_archive);
-    position.step = read_scalar(archive, "step");
-    position.epoch = read_scalar(archive, "epoch");
-    position.batch = read_scalar(archive, "batch");
-    ::torch::Tensor rng;
-    archive.read("rng", rng);
-    auto generator = at::detail::getDefaultCPUGenerator();
-    const std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(rng);
-  } catch (const c10::Error& e) {
-    throw DataError("checkpoint " + path.string() +
-                        " is corrupt or does not fit the model: " + e.what_without_backtrace(),
-                    path.string());
-  }
-  return position;
+  return detail::load_checkpoint_bytes(read_file(path), path.string(), model, optimizer);
 }
 
 CheckpointFolder::CheckpointFolder(std::filesystem::path dir, int keep)

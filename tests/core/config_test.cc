@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -156,6 +157,34 @@ TEST(ConfigTest, EngineOptions) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("redis://host:port"), std::string::npos) << e.what();
   }
+}
+
+// A value is shown with its control bytes escaped: a NUL would end what() early. Text that
+// is handed on (store, host, job) holds none.
+TEST(ConfigTest, ControlBytesAreEscapedInErrorsAndRefusedInText) {
+  Config config;
+  try {
+    config.set(std::string_view("time\0out", 8), "1s");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown option 'time\\x00out'"), std::string::npos)
+        << e.what();
+  }
+  for (const char* name : {"store", "host", "job"}) {
+    const std::string value =
+        std::string(name == std::string("store") ? "file:///tmp/a" : "a") + "\nb";
+    try {
+      config.set(name, value);
+      ADD_FAILURE() << name << " took a newline";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("must not hold control characters"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("\\x0ab'"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(config.host, Config{}.host);
+  EXPECT_EQ(config.job, Config{}.job);
+  EXPECT_TRUE(config.store.empty());
 }
 
 // ---- parse_duration ---------------------------------------------------------------------

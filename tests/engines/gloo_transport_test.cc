@@ -442,8 +442,9 @@ TEST(Worker, BadStoresAreConfigErrors) {
   GlooOptions options;
   options.rank = 0;
   options.size = 1;
-  for (const std::string url : {"", "file://relative/dir", "http://example.com", "redis://",
-                                "redis://host:99999", "redis://host:", "redis://[::1"}) {
+  for (const std::string url :
+       {"", "file://relative/dir", "http://example.com", "redis://", "redis://host:99999",
+        "redis://host:", "redis://[::1", "redis://::1", "redis://a]:1", "redis://h st:1"}) {
     options.store = url;
     try {
       make_gloo_transport(options);

@@ -230,6 +230,32 @@ TEST_F(CheckpointTest, CorruptFileIsDataError) {
   }
 }
 
+// LibTorch's reader checks no checksum (and can crash on a changed TorchScript source):
+// load_checkpoint checks every entry's CRC-32 first and names the entry that changed.
+TEST_F(CheckpointTest, ChangedByteIsDataErrorNamingTheEntry) {
+  Training training = make_training(1);
+  train_step(training, make_batches(1)[0]);
+  const fs::path real = dir_ / "real.ckpt";
+  rt::save_checkpoint(real, *training.model, *training.optimizer, {.step = 1});
+  std::string bytes = read_bytes(real);
+  const std::string entry = "archive/data.pkl";
+  const std::size_t local = bytes.find(entry) - 30;  // its local header comes first
+  ASSERT_EQ(bytes.compare(local, 4, "PK\x03\x04"), 0);
+  const std::size_t extra =
+      static_cast<unsigned char>(bytes[local + 28]) |
+      (static_cast<std::size_t>(static_cast<unsigned char>(bytes[local + 29])) << 8);
+  bytes[local + 30 + entry.size() + extra + 2] ^= 0x20;
+  const fs::path changed = dir_ / "changed.ckpt";
+  write_bytes(changed, bytes);
+  Training fresh = make_training(2);
+  expect_data_error(changed, *fresh.model, *fresh.optimizer);
+  try {
+    rt::load_checkpoint(changed, *fresh.model, *fresh.optimizer);
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("'" + entry + "'"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(CheckpointTest, DifferentArchitectureIsDataError) {
   Training training = make_training(1);
   train_step(training, make_batches(1)[0]);

@@ -4,11 +4,13 @@
 
 #include <charconv>
 
+#include "src/base/text.h"
+
 namespace replicator::detail {
 namespace {
 
 [[noreturn]] void bad_url(const std::string& url, const std::string& why) {
-  throw ConfigError("store URL '" + url + "' is not valid (" + why +
+  throw ConfigError("store URL " + detail::quoted(url) + " is not valid (" + why +
                     "); expected file:///absolute/folder or redis://host:port");
 }
 
@@ -25,6 +27,7 @@ StoreUrl parse_store_url(const std::string& url) {
     if (parsed.path.empty() || parsed.path[0] != '/') {
       bad_url(url, "a file store names an absolute folder, with three slashes: file:///dir");
     }
+    if (detail::has_control(parsed.path)) bad_url(url, "the folder holds a control character");
     return parsed;
   }
   if (!text.starts_with(kRedis)) {
@@ -45,14 +48,24 @@ StoreUrl parse_store_url(const std::string& url) {
       if (port.empty()) bad_url(url, "empty port");
     }
   } else {
-    const auto colon = rest.rfind(':');
+    const auto colon = rest.find(':');
     parsed.host = std::string(rest.substr(0, colon));
     if (colon != std::string_view::npos) {
       port = rest.substr(colon + 1);
       if (port.empty()) bad_url(url, "empty port");
+      // "redis://::1" would otherwise read as host "::", port 1.
+      if (port.find(':') != std::string_view::npos) {
+        bad_url(url, "an IPv6 address goes in brackets, as redis://[::1]:6379");
+      }
     }
   }
   if (parsed.host.empty()) bad_url(url, "no host");
+  if (parsed.host.find_first_of("[]") != std::string::npos) {
+    bad_url(url, "a '[' or ']' inside the host; only an IPv6 address is bracketed, whole");
+  }
+  if (detail::has_control(parsed.host) || parsed.host.find(' ') != std::string::npos) {
+    bad_url(url, "the host holds a space or a control character");
+  }
   if (parsed.host.find_first_of("/?#@") != std::string::npos) {
     bad_url(url,
             "the host holds '/', '?', '#' or '@'; paths, queries and passwords are not "
@@ -62,7 +75,7 @@ StoreUrl parse_store_url(const std::string& url) {
     int value = 0;
     const auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
     if (ec != std::errc() || ptr != port.data() + port.size() || value < 1 || value > 65535) {
-      bad_url(url, "the port must be a number from 1 to 65535, got '" + std::string(port) + "'");
+      bad_url(url, "the port must be a number from 1 to 65535, got " + detail::quoted(port));
     }
     parsed.port = value;
   }

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Fuzzing: builds the libFuzzer targets of tests/fuzz with clang (ASan, UBSan) in build-fuzz/
+# and runs each for SECONDS (default 30) from a scratch copy of its seeds and regression
+# inputs, so the repository is not written. Prints one line per target: executions, inputs
+# that found new coverage, corpus size at the end, coverage (edges) and crashes. Exits
+# non-zero when a target crashed, leaked, hung (10 s on one input) or ran out of memory
+# (2 GB), after naming the input libFuzzer saved (build-fuzz/artifacts/<target>/).
+#
+# Usage: scripts/fuzz.sh [SECONDS]
+#   FUZZ_TARGETS="config frames"  only these targets (default: every folder of
+#                                 tests/fuzz/corpus)
+#   JOBS=N                        build jobs (default 2)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+seconds="${1:-30}"
+build="$root/build-fuzz"
+
+launcher=()
+if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+# Only the fuzz targets and the libraries they link: no tests, apps or mpi engine.
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
+  "${launcher[@]}" -DREPLICATOR_FUZZ=ON -DREPLICATOR_BUILD_TESTS=OFF \
+  -DREPLICATOR_BUILD_APPS=OFF -DREPLICATOR_WITH_MPI=OFF -DREPLICATOR_WITH_GLOO=ON \
+  -DREPLICATOR_WITH_TORCH=ON >/dev/null
+cmake --build "$build" -j"${JOBS:-2}" --target fuzz
+
+targets=(${FUZZ_TARGETS:-$(cd "$root/tests/fuzz/corpus" && ls -d */ | tr -d /)})
+work="$(mktemp -d "${TMPDIR:-/tmp}/fuzz.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+artifacts="$build/artifacts"
+rm -rf "$artifacts"
+
+# The value of libFuzzer's final statistic `name` in log `file`, or 0.
+final_stat() { sed -n "s/^stat::$1: *//p" "$2" | tail -1 | grep . || echo 0; }
+
+rows=()
+failed=()
+for name in "${targets[@]}"; do
+  binary="$build/tests/fuzz/${name}_fuzz"
+  if [ ! -x "$binary" ]; then
+    # Not configured here (Gloo or LibTorch missing): say so, do not fail.
+    rows+=("$(printf '%-14s not built (its library is not part of this build)' "$name")")
+    continue
+  fi
+  corpus="$work/corpus/$name"
+  mkdir -p "$corpus" "$artifacts/$name"
+  cp "$root/tests/fuzz/corpus/$name"/* "$corpus/"
+  if [ -d "$root/tests/fuzz/regressions/$name" ]; then
+    cp "$root/tests/fuzz/regressions/$name"/* "$corpus/"
+  fi
+  log="$build/fuzz-$name.log"
+  echo "== fuzz $name (${seconds}s)"
+  rc=0
+  "$binary" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+    -artifact_prefix="$artifacts/$name/" "$corpus" >"$log" 2>&1 || rc=$?
+  crashes="$(find "$artifacts/$name" -type f | wc -l)"
+  cov="$(grep -oE 'cov: [0-9]+' "$log" | tail -1 | cut -d' ' -f2 || true)"
+  rows+=("$(printf '%-14s %12s %8s %8s %8s %8s %8s' "$name" \
+    "$(final_stat number_of_executed_units "$log")" "$(final_stat average_exec_per_sec "$log")" \
+    "$(final_stat new_units_added "$log")" "$(find "$corpus" -type f | wc -l)" "${cov:-0}" \
+    "$crashes")")
+  if [ "$rc" -ne 0 ] || [ "$crashes" -ne 0 ]; then
+    failed+=("$name")
+    echo "fuzz: $name failed (exit status $rc); the end of its log ($log):" >&2
+    grep -vE '^#[0-9]+' "$log" | tail -40 >&2 || true
+    find "$artifacts/$name" -type f -printf 'fuzz: input that fails %p\n' >&2
+  fi
+done
+
+echo "== fuzzing figures (${seconds}s a target)"
+printf '%-14s %12s %8s %8s %8s %8s %8s\n' target executions exec/s new corpus cov crashes
+printf '%s\n' "${rows[@]}"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fuzz: ${failed[*]} crashed; add each input above to tests/fuzz/regressions/<target>/" \
+    "with the fix (tests/fuzz/README.md)" >&2
+  exit 1
+fi

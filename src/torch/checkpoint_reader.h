@@ -1,0 +1,27 @@
+// Reading a checkpoint from its bytes in memory: what load_checkpoint does once it has read
+// the file, and what the fuzzer (tests/fuzz) feeds.
+//
+// C++17 on purpose, with its .cc: the fuzz build compiles them with clang 14, which cannot
+// parse LibTorch 1.13's headers as C++20 against libstdc++ 12.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <string>
+#include <string_view>
+
+#include "replicator/torch/checkpoint.h"
+
+namespace replicator::torch::detail {
+
+// Restores the checkpoint `bytes` (as save_checkpoint writes them; `name` names them in
+// errors) into `model`, `optimizer` and LibTorch's default CPU generator, and returns the
+// position. Throws DataError, whose path() is `name`, when the bytes are not a whole zip
+// archive, when LibTorch cannot read them, or when they do not fit the model (checked
+// before the model changes). Never blocks.
+TrainingPosition load_checkpoint_bytes(std::string_view bytes, const std::string& name,
+                                       ::torch::nn::Module& model,
+                                       ::torch::optim::Optimizer& optimizer);
+
+}  // namespace replicator::torch::detail
