@@ -80,6 +80,8 @@ constexpr std::size_t kMaxAbortText = 4096;
 // closed its connections (Gloo closes them inside the wait that timed out), so the notice
 // can trail the close by a moment; a dead peer never writes one, and costs this much.
 constexpr milliseconds kAnnounceGrace{200};
+// How long a clean close waits for the peers' goodbyes (see ~GlooTransport).
+constexpr milliseconds kCloseLinger{2000};
 constexpr milliseconds kAnnouncePoll{2};
 // Steps of a pipelined all-reduce (see traits()).
 constexpr std::size_t kMinPipelineBytes = std::size_t{64} << 10;
@@ -115,7 +117,13 @@ class GlooTransport final : public Transport, public NativeCollectives {
  public:
   // Meets the other processes in the store and connects every lane; see make_gloo_transport.
   GlooTransport(const GlooOptions& options, std::unique_ptr<Store> store);
-  ~GlooTransport() override = default;
+  // A clean close (the transport not poisoned) says goodbye in the store, then keeps the
+  // connections open until every peer has said it too or failed, for at most kCloseLinger:
+  // a peer may still be finishing the run this process has finished (a mismatch that this
+  // process saw first releases that peer's replicas one lane after another), and a
+  // connection closed under it would turn its CollectiveMismatch into PeerLost.
+  // MPI_Finalize waits likewise.
+  ~GlooTransport() override { linger(); }
   GlooTransport(const GlooTransport&) = delete;
   GlooTransport& operator=(const GlooTransport&) = delete;
 
@@ -185,6 +193,8 @@ class GlooTransport final : public Transport, public NativeCollectives {
   std::string reason() const { return poison_.reason(); }
   // The failure `peer` announced in the store, if any.
   std::optional<AbortNotice> announced_failure(int peer) noexcept;
+  // See ~GlooTransport. Never throws.
+  void linger() noexcept;
 
   [[noreturn]] void throw_poisoned() const { poison_.throw_aborted("gloo engine"); }
   [[noreturn]] void fail_message(int lane, std::size_t index, const std::exception_ptr& error,
@@ -475,6 +485,23 @@ void GlooTransport::finish(Lane& lane, bool all) noexcept {
     lane.buffers.clear();
     lane.messages.clear();
     lane.head = 0;
+  }
+}
+
+void GlooTransport::linger() noexcept {
+  if (size_ == 1 || poison_.is_set()) return;
+  try {
+    store_->set(key("closed", rank_), {'1'});
+    const Clock::time_point until = Clock::now() + kCloseLinger;
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_) continue;
+      while (!store_->has({key("closed", q)}) && !store_->has({key("abort", q)})) {
+        if (Clock::now() >= until || poison_.is_set()) return;
+        std::this_thread::sleep_for(kAnnouncePoll);
+      }
+    }
+  } catch (...) {
+    // The store is gone: nobody can say goodbye; close at once.
   }
 }
 
