@@ -6,7 +6,9 @@
 // fails writes its reason into the store (key "<job>/abort/<rank>") and closes its
 // connections; a peer that then sees the connection close reads the reason and raises
 // Aborted, while a peer that finds no reason within 200 ms (the process died) raises
-// PeerLost.
+// PeerLost. Destroying a transport that has not failed blocks until every peer has closed
+// or failed too, for at most 2 s ("<job>/closed/<rank>"), so that no peer still finishing
+// its run sees a closed connection.
 #pragma once
 
 #include <chrono>
