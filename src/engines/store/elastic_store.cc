@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "replicator/errors.h"
+#include "src/base/text.h"
+#include "src/engines/store/redis_address.h"
 
 namespace replicator::detail {
 namespace {
@@ -23,7 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 
 [[noreturn]] void bad_url(const std::string& url, const std::string& why) {
-  throw ConfigError("rendezvous URL '" + url + "' is not valid (" + why +
+  throw ConfigError("rendezvous URL " + detail::quoted(url) + " is not valid (" + why +
                     "); expected file:///shared/folder/job or redis://host:port/job");
 }
 
@@ -97,37 +99,8 @@ ElasticUrl parse_elastic_url(const std::string& url) {
             "'_', '-' and '/'");
   }
   parsed.prefix = std::string(prefix);
-  std::string_view hostport = rest.substr(0, slash);
-  std::string_view port;
-  if (hostport.starts_with('[')) {
-    const auto close = hostport.find(']');
-    if (close == std::string_view::npos) bad_url(url, "unclosed '[' in the host");
-    parsed.host = std::string(hostport.substr(1, close - 1));
-    const std::string_view after = hostport.substr(close + 1);
-    if (!after.empty()) {
-      if (after[0] != ':') bad_url(url, "expected ':port' after the host");
-      port = after.substr(1);
-      if (port.empty()) bad_url(url, "empty port");
-    }
-  } else {
-    const auto colon = hostport.rfind(':');
-    parsed.host = std::string(hostport.substr(0, colon));
-    if (colon != std::string_view::npos) {
-      port = hostport.substr(colon + 1);
-      if (port.empty()) bad_url(url, "empty port");
-    }
-  }
-  if (parsed.host.empty()) bad_url(url, "no host");
-  if (parsed.host.find_first_of("?#@") != std::string::npos) {
-    bad_url(url, "the host holds '?', '#' or '@'; queries and passwords are not supported");
-  }
-  if (!port.empty()) {
-    int value = 0;
-    const auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-    if (ec != std::errc() || ptr != port.data() + port.size() || value < 1 || value > 65535) {
-      bad_url(url, "the port must be a number from 1 to 65535, got '" + std::string(port) + "'");
-    }
-    parsed.port = value;
+  if (const auto why = read_redis_address(rest.substr(0, slash), parsed.host, parsed.port)) {
+    bad_url(url, *why);
   }
   return parsed;
 }

@@ -2,9 +2,8 @@
 
 #include <gloo/common/error.h>
 
-#include <charconv>
-
 #include "src/base/text.h"
+#include "src/engines/store/redis_address.h"
 
 namespace replicator::detail {
 namespace {
@@ -36,49 +35,7 @@ StoreUrl parse_store_url(const std::string& url) {
   parsed.redis = true;
   std::string_view rest = text.substr(kRedis.size());
   if (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
-  std::string_view port;
-  if (rest.starts_with('[')) {  // [IPv6]:port
-    const auto close = rest.find(']');
-    if (close == std::string_view::npos) bad_url(url, "unclosed '[' in the host");
-    parsed.host = std::string(rest.substr(1, close - 1));
-    rest = rest.substr(close + 1);
-    if (!rest.empty()) {
-      if (rest[0] != ':') bad_url(url, "expected ':port' after the host");
-      port = rest.substr(1);
-      if (port.empty()) bad_url(url, "empty port");
-    }
-  } else {
-    const auto colon = rest.find(':');
-    parsed.host = std::string(rest.substr(0, colon));
-    if (colon != std::string_view::npos) {
-      port = rest.substr(colon + 1);
-      if (port.empty()) bad_url(url, "empty port");
-      // "redis://::1" would otherwise read as host "::", port 1.
-      if (port.find(':') != std::string_view::npos) {
-        bad_url(url, "an IPv6 address goes in brackets, as redis://[::1]:6379");
-      }
-    }
-  }
-  if (parsed.host.empty()) bad_url(url, "no host");
-  if (parsed.host.find_first_of("[]") != std::string::npos) {
-    bad_url(url, "a '[' or ']' inside the host; only an IPv6 address is bracketed, whole");
-  }
-  if (detail::has_control(parsed.host) || parsed.host.find(' ') != std::string::npos) {
-    bad_url(url, "the host holds a space or a control character");
-  }
-  if (parsed.host.find_first_of("/?#@") != std::string::npos) {
-    bad_url(url,
-            "the host holds '/', '?', '#' or '@'; paths, queries and passwords are not "
-            "supported");
-  }
-  if (!port.empty()) {
-    int value = 0;
-    const auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-    if (ec != std::errc() || ptr != port.data() + port.size() || value < 1 || value > 65535) {
-      bad_url(url, "the port must be a number from 1 to 65535, got " + detail::quoted(port));
-    }
-    parsed.port = value;
-  }
+  if (const auto why = read_redis_address(rest, parsed.host, parsed.port)) bad_url(url, *why);
   return parsed;
 }
 
