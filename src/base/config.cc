@@ -104,6 +104,27 @@ void Config::set(std::string_view name, std::string_view value) {
   } else if (name == "job") {
     if (value.empty()) throw ConfigError(what + " must not be empty");
     job = value;
+  } else if (name == "flight-recorder-size") {
+    const long long n = parse_integer(value, what);
+    if (n < 0 || n > (1 << 20)) {
+      throw ConfigError(what + " must be between 0 (off) and 1048576 collectives, got '" +
+                        std::string(value) + "'");
+    }
+    flight_recorder_size = static_cast<int>(n);
+  } else if (name == "trace-dir") {
+    if (value.empty()) throw ConfigError(what + " must not be empty");
+    trace_dir = value;
+  } else if (name == "timeline") {
+    if (value.empty()) throw ConfigError(what + " must not be empty");
+    timeline = value;
+  } else if (name == "trace-signal") {
+    if (value == "on" || value == "1" || value == "true") {
+      trace_signal = true;
+    } else if (value == "off" || value == "0" || value == "false") {
+      trace_signal = false;
+    } else {
+      throw ConfigError(what + " must be on or off, got '" + std::string(value) + "'");
+    }
   } else {
     std::string known;
     for (const auto& [option, help] : options()) known += (known.empty() ? "" : ", ") + option;
@@ -121,7 +142,11 @@ std::vector<std::pair<std::string, std::string>> Config::options() {
           {"world-size", "gloo: number of processes"},
           {"store", "gloo: rendezvous, file:///shared/dir or redis://host:port"},
           {"host", "gloo: address the other processes reach this one at"},
-          {"job", "gloo: job name, keeps jobs sharing a store apart"}};
+          {"job", "gloo: job name, keeps jobs sharing a store apart"},
+          {"flight-recorder-size", "collectives each replica's flight recorder keeps, 0: off"},
+          {"trace-dir", "folder for flight-recorder dumps (JSON)"},
+          {"timeline", "Chrome trace-event JSON file of every step and collective"},
+          {"trace-signal", "on or off: SIGUSR1 dumps the flight recorder"}};
 }
 
 Config Config::from_env() {
@@ -153,6 +178,10 @@ void Config::validate() const {
   }
   if (timeout.count() <= 0) {
     throw ConfigError("timeout must be positive, got " + std::to_string(timeout.count()) + "ms");
+  }
+  if (flight_recorder_size < 0) {
+    throw ConfigError("flight_recorder_size must not be negative, got " +
+                      std::to_string(flight_recorder_size));
   }
   if (spin.count() < 0) {
     throw ConfigError("spin must not be negative, got " + std::to_string(spin.count()) + "us");

@@ -45,10 +45,16 @@ expect_mismatch_cases() {
   echo "local mismatch: 10 cases raised CollectiveMismatch on every replica of both processes"
 }
 
-# expect_stop_ended OUTPUT SECONDS: the stop scenario's survivor detected it, the job ended
-# within the deadline plus launcher time, and no process of it is left.
+# expect_stop_ended OUTPUT SECONDS: the stop scenario's survivor detected it, its flight
+# recorder summary names the stopped replica and shows its own collective in progress, the
+# job ended within the deadline plus launcher time, and no process of it is left.
 expect_stop_ended() {
   grep -q 'stop detected: Timeout' <<<"$1" || fail "the survivor did not time out: $1"
+  grep -q '^\(\[rank 0\] \)\?flight recorder' <<<"$1" || fail "no flight recorder summary: $1"
+  grep -q 'replica 1 (process 1): never arrived at all_reduce #100 within 3000 ms' <<<"$1" ||
+    fail "the summary does not name the stopped replica 1: $1"
+  grep -q 'replica 0: step 2, #100 all_reduce f32 x 1024 (4 KiB), in progress for [0-9.]* s' \
+    <<<"$1" || fail "the summary does not show the survivor's collective in progress: $1"
   (( $2 < 60 )) || fail "the job took $2 s to end after a 3 s timeout: $1"
   if pgrep -f "replicator_multiproc stop" > /dev/null; then
     pkill -9 -f "replicator_multiproc stop"
