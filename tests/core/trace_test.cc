@@ -139,7 +139,7 @@ TEST(FlightRecorderTest, ReaderBesideTheWriterSeesWholeEntries) {
   std::atomic<bool> done{false};
   std::thread writer([&] {
     const auto base = Clock::time_point(std::chrono::nanoseconds(1'000'000));
-    for (std::uint64_t s = 0; s < 200'000; ++s) {
+    for (std::uint64_t s = 0; s < 1'000'000; ++s) {
       const auto at = base + std::chrono::nanoseconds(s * 10);
       recorder.issue(descriptor(s, 3 * s), at);
       recorder.start();
