@@ -3,7 +3,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
-#include <cstring>
+#include <system_error>
 
 #include "replicator/errors.h"
 
@@ -59,7 +59,8 @@ Timeline::Timeline(const std::string& path, int rank, int first, int num_local)
     : path_(path), rank_(rank), unix_offset_ns_(unix_minus_steady_ns()) {
   file_ = std::fopen(path.c_str(), "w");
   if (!file_) {
-    throw ConfigError("timeline: cannot create '" + path + "': " + std::strerror(errno) +
+    throw ConfigError("timeline: cannot create '" + path +
+                      "': " + std::error_code(errno, std::generic_category()).message() +
                       " (REPLICATOR_TIMELINE names the file; its folder must exist)");
   }
   for (int l = 0; l < num_local; ++l) {

@@ -1,6 +1,5 @@
 #include "src/runtime/trace.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -8,7 +7,6 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -104,7 +102,7 @@ Tracer::Tracer(const Config& config, int rank, int processes, int num_local)
     std::error_code ec;
     std::filesystem::create_directories(trace_dir_, ec);
     if (ec || access(trace_dir_.c_str(), W_OK | X_OK) != 0) {
-      const std::string why = ec ? ec.message() : std::strerror(errno);
+      const std::string why = (ec ? ec : std::error_code(errno, std::generic_category())).message();
       throw ConfigError("trace dir '" + trace_dir_ + "' cannot be created or written: " + why +
                         " (REPLICATOR_TRACE_DIR names a folder for flight-recorder dumps)");
     }

@@ -338,19 +338,27 @@ TEST(SignalDumpTest, SigusrDumpsALiveJob) {
   Config config = with_replicas(2, milliseconds(60'000));
   config.trace_dir = dir.path().string();
   Replicator repl(config);
+  harness::CountDown second_issued(1);
   nlohmann::json dump;
   repl.run([&](ReplicaContext& ctx) {
     std::vector<float> v(16, 1.0f);
     ctx.all_reduce(v);
+    if (ctx.replica_id() == 1) second_issued.count_down();
     if (ctx.replica_id() == 0) {
-      // Replica 1 now waits in all_reduce #1 for this one: a job that looks hung.
-      kill(getpid(), SIGUSR1);
-      const bool written = harness::poll_until([&] { return !files_in(dir.path()).empty(); },
-                                               std::chrono::seconds(20));
-      EXPECT_TRUE(written) << "no dump within 20 s of SIGUSR1";
-      if (written) {
-        std::ifstream in(files_in(dir.path()).front());
+      // Replica 1 is about to wait in all_reduce #1 for this one: a job that looks hung.
+      // Dump until a dump shows it there (it may still be on its way).
+      EXPECT_TRUE(second_issued.wait_for(std::chrono::seconds(20)));
+      for (int attempt = 0; attempt < 100; ++attempt) {
+        kill(getpid(), SIGUSR1);
+        const bool written = harness::poll_until([&] { return !files_in(dir.path()).empty(); },
+                                                 std::chrono::seconds(20));
+        ASSERT_TRUE(written) << "no dump within 20 s of SIGUSR1";
+        const fs::path file = files_in(dir.path()).front();
+        std::ifstream in(file);
         dump = nlohmann::json::parse(in);
+        in.close();
+        fs::remove(file);
+        if (dump["replicas"][1]["entries"].back()["seq"] == 1) break;
       }
     }
     ctx.all_reduce(v);
