@@ -358,7 +358,12 @@ TEST(SignalDumpTest, SigusrDumpsALiveJob) {
         dump = nlohmann::json::parse(in);
         in.close();
         fs::remove(file);
-        if (dump["replicas"][1]["entries"].back()["seq"] == 1) break;
+        // The summary is taken just before the entries: both must show it.
+        const std::string line = dump["summary"][1];
+        if (dump["replicas"][1]["entries"].back()["seq"] == 1 &&
+            line.find("#1 all_reduce") != std::string::npos) {
+          break;
+        }
       }
     }
     ctx.all_reduce(v);
