@@ -72,11 +72,20 @@ Timeline::Timeline(const std::string& path, int rank, int first, int num_local)
   write_line(R"({"name":"process_sort_index","ph":"M","pid":)" + std::to_string(rank) +
              R"(,"args":{"sort_index":)" + std::to_string(rank) + "}}");
   for (int l = 0; l < num_local; ++l) {
-    const std::string tid = std::to_string(first + l);
-    write_line(R"({"name":"thread_name","ph":"M","pid":)" + std::to_string(rank) + R"(,"tid":)" +
-               tid + R"(,"args":{"name":"replica )" + tid + R"("}})");
-    write_line(R"({"name":"thread_sort_index","ph":"M","pid":)" + std::to_string(rank) +
-               R"(,"tid":)" + tid + R"(,"args":{"sort_index":)" + tid + "}}");
+    const std::string ids =
+        R"(,"pid":)" + std::to_string(rank) + R"(,"tid":)" + std::to_string(first + l);
+    std::string name = R"({"name":"thread_name","ph":"M")";
+    name += ids;
+    name += R"(,"args":{"name":"replica )";
+    name += std::to_string(first + l);
+    name += R"("}})";
+    write_line(name);
+    std::string order = R"({"name":"thread_sort_index","ph":"M")";
+    order += ids;
+    order += R"(,"args":{"sort_index":)";
+    order += std::to_string(first + l);
+    order += "}}";
+    write_line(order);
   }
   writer_ = std::thread([this] { writer_loop(); });
 }

@@ -173,7 +173,7 @@ std::string Tracer::write_dump(const std::string& json) const {
   const std::uint64_t n = dumps_written.fetch_add(1) + 1;
   const std::string name = "flight_recorder.rank" + std::to_string(rank_) + ".pid" +
                            std::to_string(getpid()) + "." + std::to_string(n) + ".json";
-  const std::string path = (std::filesystem::path(trace_dir_) / name).string();
+  std::string path = (std::filesystem::path(trace_dir_) / name).string();
   const std::string temporary =
       (std::filesystem::path(trace_dir_) / ("." + name + ".tmp")).string();
   std::FILE* f = std::fopen(temporary.c_str(), "w");
