@@ -52,10 +52,10 @@ void Communicator::collective(int me, std::uint64_t& sequence, const Call& call)
     // What every local replica was doing when the first collective failed, this replica
     // still in its collective.
     recorders_.note_failure();
-    recorder.finish(true, LocalEngine::Clock::now());
+    recorder.finish(true);
     throw;
   }
-  recorder.finish(false, engine_.total() == 1 ? start : LocalEngine::Clock::now());
+  recorder.finish(false);
 }
 
 void Communicator::run(int me, const CollectiveDef& def, Descriptor& d,

@@ -81,7 +81,8 @@ void FlightRecorder::end_step(Clock::time_point now, bool failed) {
 
 void FlightRecorder::issue(const Descriptor& d, Clock::time_point now) {
   if (capacity_ == 0 && !timeline_) return;
-  pending_ = CallRecord{.index = written_.load(std::memory_order_relaxed),
+  const std::uint64_t index = written_.load(std::memory_order_relaxed);
+  pending_ = CallRecord{.index = index,
                         .step = step_.load(std::memory_order_relaxed),
                         .sequence = d.sequence,
                         .op = d.name(),
@@ -91,22 +92,29 @@ void FlightRecorder::issue(const Descriptor& d, Clock::time_point now) {
                         .state = CallState::kIssued,
                         .start_ns = ns_of(now)};
   if (capacity_ == 0) return;
+  // The next entry of the ring, without a division on this path.
+  slot_ = index == 0 || slot_ + 1 == capacity_ ? 0 : slot_ + 1;
   publish();
   // The entry is complete before readers may look for it.
-  written_.store(pending_.index + 1, std::memory_order_release);
+  written_.store(index + 1, std::memory_order_release);
 }
 
 void FlightRecorder::start() {
   if (capacity_ == 0) return;
   pending_.state = CallState::kInProgress;
-  publish();
+  ring_[slot_].state.store(static_cast<std::uint8_t>(pending_.state), std::memory_order_release);
 }
 
 void FlightRecorder::finish(bool failed, Clock::time_point now) {
   if (capacity_ == 0 && !timeline_) return;
   pending_.state = failed ? CallState::kFailed : CallState::kDone;
   pending_.end_ns = ns_of(now);
-  if (capacity_ > 0) publish();
+  if (capacity_ > 0) {
+    // The end time first: a reader that sees the final state sees it too.
+    Entry& e = ring_[slot_];
+    e.end_ns.store(pending_.end_ns, std::memory_order_release);
+    e.state.store(static_cast<std::uint8_t>(pending_.state), std::memory_order_release);
+  }
   if (timeline_) {
     timeline_->add(TimelineEvent{.state = pending_.state,
                                  .dtype = pending_.dtype,
@@ -121,7 +129,7 @@ void FlightRecorder::finish(bool failed, Clock::time_point now) {
 }
 
 void FlightRecorder::publish() {
-  Entry& e = ring_[pending_.index % capacity_];
+  Entry& e = ring_[slot_];
   const std::uint64_t v = e.version.load(std::memory_order_relaxed);
   e.version.store(v + 1, std::memory_order_relaxed);
   e.index.store(pending_.index, std::memory_order_release);

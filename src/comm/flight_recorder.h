@@ -6,8 +6,10 @@
 //
 // Each entry is a sequence lock over atomic fields: the writer makes the version odd,
 // stores the fields, and makes it even again; a reader keeps a copy only when it saw the
-// same even version before and after. Every shared field is an atomic, so there is no data
-// race for ThreadSanitizer to find, and a reader never blocks the writer.
+// same even version before and after. The later changes of the same entry (its state, and
+// its end time before it) are single stores outside the lock: a reader sees the entry as
+// it was or as it became. Every shared field is an atomic, so there is no data race for
+// ThreadSanitizer to find, and a reader never blocks the writer.
 //
 // With a timeline (timeline.h) the recorder also hands every finished collective and step
 // to the replica's timeline lane.
@@ -72,9 +74,13 @@ class FlightRecorder {
   void end_step(Clock::time_point now, bool failed);
   // Collective `d` (its sequence number set) was issued at `now`.
   void issue(const Descriptor& d, Clock::time_point now);
-  // The latest issued collective runs / finished.
+  // The latest issued collective runs / finished (at `now`; without it, the clock is read
+  // only when something records).
   void start();
   void finish(bool failed, Clock::time_point now);
+  void finish(bool failed) {
+    if (capacity_ > 0 || timeline_) finish(failed, Clock::now());
+  }
 
   // ---- any thread; never blocks (a reader retries while an entry is being written).
   // The kept entries, oldest first. Allocates.
@@ -88,7 +94,7 @@ class FlightRecorder {
 
  private:
   struct Entry;
-  // Rewrites the writer's current entry (`current_`) from the fields in `pending_`.
+  // Writes `pending_` into the writer's current entry (`slot_`).
   void publish();
   bool read(std::uint64_t index, CallRecord& out) const;
 
@@ -98,6 +104,7 @@ class FlightRecorder {
   std::unique_ptr<Entry[]> ring_;
   // Written by the replica's thread only: the record being written, the step's start.
   CallRecord pending_;
+  std::size_t slot_ = 0;  // pending_'s entry in the ring
   Clock::time_point step_start_{};
   alignas(64) std::atomic<std::uint64_t> written_{0};
   std::atomic<std::uint64_t> step_{0};
