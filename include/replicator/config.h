@@ -47,10 +47,26 @@ struct Config {
   int restart_count = 0;
   std::chrono::milliseconds heartbeat{0};
   std::string heartbeat_store;
+  // Flight recorder: how many of its latest collectives each replica keeps (a ring; 0
+  // turns the recorder off). Their summary ends the message of a Timeout,
+  // CollectiveMismatch, PeerLost or Aborted that run() throws.
+  int flight_recorder_size = 256;
+  // A folder for flight-recorder dumps (JSON, one file per dump, named
+  // flight_recorder.rank<R>.pid<P>.<N>.json): written when run() throws one of those
+  // errors and on SIGUSR1. Created if missing. Empty: no file (SIGUSR1 dumps to stderr).
+  std::string trace_dir;
+  // A Chrome trace-event JSON file of every step and collective of every replica (opens
+  // in Perfetto and chrome://tracing). In a job of several processes each process writes
+  // its own, with ".rank<R>" before the extension (run.json: run.rank0.json, ...).
+  // Empty: none.
+  std::string timeline;
+  // Whether SIGUSR1 makes a live Replicator dump its flight recorder (see README).
+  bool trace_signal = true;
 
   // Defaults overridden by REPLICATOR_<OPTION> for every option of `options()`
   // (REPLICATOR_LOCAL_REPLICAS, REPLICATOR_TIMEOUT such as "30s", REPLICATOR_ENGINE,
-  // REPLICATOR_RANK, REPLICATOR_WORLD_SIZE, REPLICATOR_STORE, ...). A process started by
+  // REPLICATOR_RANK, REPLICATOR_WORLD_SIZE, REPLICATOR_STORE, REPLICATOR_TRACE_DIR,
+  // REPLICATOR_TIMELINE, REPLICATOR_FLIGHT_RECORDER_SIZE, ...). A process started by
   // mpirun or srun (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK set, or SLURM_PROCID with
   // an MPI plugin in SLURM_MPI_TYPE) gets the mpi engine
   // unless REPLICATOR_ENGINE says otherwise. Throws ConfigError naming the variable and
@@ -59,8 +75,9 @@ struct Config {
 
   // Sets one option by name ("local-replicas", "timeout", "spin", "host-processes",
   // "engine", "rank", "world-size", "store", "host", "job", "generation", "restart-count",
-  // "heartbeat", "heartbeat-store") from its text form. Throws ConfigError for an unknown
-  // name or an invalid value.
+  // "heartbeat", "heartbeat-store", "flight-recorder-size", "trace-dir", "timeline",
+  // "trace-signal") from its text form. Throws ConfigError for an unknown name or an
+  // invalid value.
   void set(std::string_view name, std::string_view value);
 
   // The option names `set` accepts, with a one-line description each.

@@ -35,6 +35,7 @@ namespace detail {
 class Communicator;
 class WorkerPool;
 class ReduceScratch;
+class Tracer;
 class Transport;
 struct ProcessLayout;
 
@@ -55,9 +56,12 @@ class Replicator {
   // Starts config.local_replicas replica threads; with the mpi or gloo engine, first joins
   // the other processes (blocks until all have joined, at most config.timeout). Throws
   // ConfigError on a bad config or when processes disagree on local_replicas, and the
-  // engine's errors (Timeout, PeerLost) when the rendezvous fails.
+  // engine's errors (Timeout, PeerLost) when the rendezvous fails. Creates
+  // config.trace_dir and the timeline file when set (ConfigError when it cannot), and
+  // while it lives SIGUSR1 dumps its flight recorder (config.trace_signal).
   explicit Replicator(const Config& config = Config{});
-  // Stops and joins the replica threads. Not to be called while run() is in progress.
+  // Stops and joins the replica threads; finishes the timeline file. Not to be called
+  // while run() is in progress.
   ~Replicator();
   Replicator(const Replicator&) = delete;
   Replicator& operator=(const Replicator&) = delete;
@@ -75,7 +79,9 @@ class Replicator {
   // collective makes them raise CollectiveMismatch. run cannot interrupt user code that
   // never returns or calls a collective. In a job of several processes a failure also
   // releases the replicas of the other processes (Aborted, or PeerLost if a process
-  // died); the job cannot run again after one and should be restarted.
+  // died); the job cannot run again after one and should be restarted. The message of a
+  // Timeout, CollectiveMismatch, PeerLost or Aborted thrown by run ends with the flight
+  // recorder's summary, one line per replica (see README, "When a job fails or hangs").
   template <typename Fn>
   auto run(Fn&& fn) -> PerReplica<std::invoke_result_t<Fn&, ReplicaContext&>> {
     using R = std::invoke_result_t<Fn&, ReplicaContext&>;
@@ -147,6 +153,7 @@ class Replicator {
   std::unique_ptr<detail::Transport> transport_;   // null for the local engine
   std::unique_ptr<detail::ProcessLayout> layout_;  // null in a one-process job
   std::string broken_;  // why a multi-process job can no longer run, if it cannot
+  std::unique_ptr<detail::Tracer> tracer_;  // flight recorders, timeline; outlives the threads
   std::unique_ptr<detail::Communicator> comm_;
   std::unique_ptr<detail::WorkerPool> pool_;
   std::unique_ptr<detail::ReduceScratch> reduce_scratch_;  // for reduce(), made once

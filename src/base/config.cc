@@ -132,6 +132,28 @@ void Config::set(std::string_view name, std::string_view value) {
       throw ConfigError(what + " must not hold control characters, got " + detail::quoted(value));
     }
     heartbeat_store = value;
+  } else if (name == "flight-recorder-size") {
+    const long long n = parse_integer(value, what);
+    if (n < 0 || n > (1 << 20)) {
+      throw ConfigError(what + " must be between 0 (off) and 1048576 collectives, got " +
+                        detail::quoted(value));
+    }
+    flight_recorder_size = static_cast<int>(n);
+  } else if (name == "trace-dir" || name == "timeline") {
+    // Paths, handed on as C strings: a NUL would cut them short.
+    if (value.empty()) throw ConfigError(what + " must not be empty");
+    if (detail::has_control(value)) {
+      throw ConfigError(what + " must not hold control characters, got " + detail::quoted(value));
+    }
+    (name == "trace-dir" ? trace_dir : timeline) = value;
+  } else if (name == "trace-signal") {
+    if (value == "on" || value == "1" || value == "true") {
+      trace_signal = true;
+    } else if (value == "off" || value == "0" || value == "false") {
+      trace_signal = false;
+    } else {
+      throw ConfigError(what + " must be on or off, got " + detail::quoted(value));
+    }
   } else {
     std::string known;
     for (const auto& [option, help] : options()) known += (known.empty() ? "" : ", ") + option;
@@ -153,7 +175,11 @@ std::vector<std::pair<std::string, std::string>> Config::options() {
           {"generation", "elastic jobs: the generation of this process (set by the agent)"},
           {"restart-count", "elastic jobs: restarts before this generation (set by the agent)"},
           {"heartbeat", "elastic jobs: interval of the heartbeat the agent watches, e.g. 1s"},
-          {"heartbeat-store", "elastic jobs: where the heartbeat goes (set by the agent)"}};
+          {"heartbeat-store", "elastic jobs: where the heartbeat goes (set by the agent)"},
+          {"flight-recorder-size", "collectives each replica's flight recorder keeps, 0: off"},
+          {"trace-dir", "folder for flight-recorder dumps (JSON)"},
+          {"timeline", "Chrome trace-event JSON file of every step and collective"},
+          {"trace-signal", "on or off: SIGUSR1 dumps the flight recorder"}};
 }
 
 Config Config::from_env() {
@@ -185,6 +211,10 @@ void Config::validate() const {
   }
   if (timeout.count() <= 0) {
     throw ConfigError("timeout must be positive, got " + std::to_string(timeout.count()) + "ms");
+  }
+  if (flight_recorder_size < 0) {
+    throw ConfigError("flight_recorder_size must not be negative, got " +
+                      std::to_string(flight_recorder_size));
   }
   if (spin.count() < 0) {
     throw ConfigError("spin must not be negative, got " + std::to_string(spin.count()) + "us");

@@ -10,11 +10,12 @@ namespace replicator::detail {
 
 Communicator::Communicator(int num_replicas, std::chrono::milliseconds timeout,
                            std::chrono::microseconds spin, const MachineFacts& facts,
-                           const ProcessLayout* layout)
+                           FlightRecorders& recorders, const ProcessLayout* layout)
     : engine_(num_replicas, layout ? layout->rank * num_replicas : 0,
               layout ? layout->replicas() : num_replicas, timeout, spin),
       layout_(layout),
-      facts_(facts) {
+      facts_(facts),
+      recorders_(recorders) {
   for (int j = 0; j < num_replicas; ++j) lanes_.push_back(std::make_unique<Lane>(num_replicas));
 }
 
@@ -31,7 +32,6 @@ void Communicator::fail_across(int me, const Error& e) {
 
 void Communicator::collective(int me, std::uint64_t& sequence, const Call& call) {
   const CollectiveDef& def = definition(call.kind);
-  Lane& lane = *lanes_[static_cast<std::size_t>(me)];
   const std::chrono::milliseconds timeout = call.timeout.value_or(engine_.timeout());
   if (timeout.count() <= 0) {
     throw InvalidArgument(std::string(def.traits.name) + ": timeout must be positive, got " +
@@ -43,9 +43,29 @@ void Communicator::collective(int me, std::uint64_t& sequence, const Call& call)
   d = Descriptor{.traits = &def.traits, .kind = call.kind, .call = call};
   def.describe(call, first + me, engine_.total(), d);
   d.sequence = sequence++;
+  FlightRecorder& recorder = recorders_[me];
+  const auto start = LocalEngine::Clock::now();
+  recorder.issue(d, start);
+  try {
+    run(me, def, d, timeout, start);
+  } catch (...) {
+    // What every local replica was doing when the first collective failed, this replica
+    // still in its collective.
+    recorders_.note_failure();
+    recorder.finish(true);
+    throw;
+  }
+  recorder.finish(false);
+}
+
+void Communicator::run(int me, const CollectiveDef& def, Descriptor& d,
+                       std::chrono::milliseconds timeout, LocalEngine::Clock::time_point start) {
+  Lane& lane = *lanes_[static_cast<std::size_t>(me)];
   if (engine_.total() == 1) return def.single(d, lane.scratch);
 
-  const auto deadline = LocalEngine::Clock::now() + timeout;
+  const int first = engine_.first();
+  const int parity = static_cast<int>(d.sequence & 1);
+  const auto deadline = start + timeout;
   // Across processes the local part always works on the replicas' own buffers.
   const Path path = layout_
                         ? Path::kDirect
@@ -55,6 +75,7 @@ void Communicator::collective(int me, std::uint64_t& sequence, const Call& call)
   }
 
   engine_.arrive_and_wait(me, d, deadline, timeout);
+  recorders_[me].start();
   const std::span<const Descriptor* const> calls = engine_.calls(me, parity);
   const Peers peers{.me = me,
                     .n = engine_.size(),

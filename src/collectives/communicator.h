@@ -3,7 +3,9 @@
 // shortcut, choose the path (plan.h), stage, meet at the local engine's barrier, check that
 // every replica called the same (comm), run the algorithm in the process and, across
 // processes, on this replica's lane (across/), and leave only when no peer still touches
-// this replica's buffers.
+// this replica's buffers. Every collective is written to its replica's flight recorder
+// (issued, in progress, done or failed; comm/flight_recorder.h), barrier and the end of a
+// step included.
 #pragma once
 
 #include <chrono>
@@ -17,17 +19,22 @@
 #include "src/collectives/across/across.h"
 #include "src/collectives/plan.h"
 #include "src/comm/call.h"
+#include "src/comm/flight_recorder.h"
 #include "src/engines/local/local_engine.h"
 
 namespace replicator::detail {
+
+struct CollectiveDef;
 
 class Communicator {
  public:
   // `num_replicas` local replicas; with `layout` (not owned, may be null for a one-process
   // job) they are replicas layout->rank * num_replicas + 0..num_replicas-1 of a job that
-  // spans layout->processes processes.
+  // spans layout->processes processes. `recorders` (not owned, one per local replica) get
+  // every collective.
   Communicator(int num_replicas, std::chrono::milliseconds timeout, std::chrono::microseconds spin,
-               const MachineFacts& facts, const ProcessLayout* layout = nullptr);
+               const MachineFacts& facts, FlightRecorders& recorders,
+               const ProcessLayout* layout = nullptr);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -52,6 +59,9 @@ class Communicator {
   // releases this process's other replicas and the other processes, naming the replica
   // whose failure it was (the transport's Aborted knows it; else `me`), and departs.
   void fail_across(int me, const Error& e);
+  // The collective after its descriptor `d` is made: everything but the recording.
+  void run(int me, const CollectiveDef& def, Descriptor& d, std::chrono::milliseconds timeout,
+           LocalEngine::Clock::time_point start);
 
   // Memory of one replica's thread, reused by every collective.
   struct Lane {
@@ -66,6 +76,7 @@ class Communicator {
   LocalEngine engine_;
   const ProcessLayout* layout_;
   const MachineFacts facts_;
+  FlightRecorders& recorders_;
   std::vector<std::unique_ptr<Lane>> lanes_;
 };
 

@@ -8,6 +8,7 @@
 #include "src/collectives/reduce_kernel.h"
 #include "src/engines/make_transport.h"
 #include "src/runtime/host_policy.h"
+#include "src/runtime/trace.h"
 #include "src/runtime/worker_pool.h"
 
 namespace replicator {
@@ -63,11 +64,14 @@ Replicator::Replicator(Config config, std::unique_ptr<detail::Transport> transpo
   }
   const detail::HostPolicy policy = detail::host_policy(
       L, config_.host_processes, std::thread::hardware_concurrency(), config_.spin);
+  tracer_ = std::make_unique<detail::Tracer>(config_, layout_ ? layout_->rank : 0,
+                                             layout_ ? layout_->processes : 1, L);
   comm_ = std::make_unique<detail::Communicator>(L, config_.timeout, policy.collective_spin,
                                                  detail::MachineFacts{policy.oversubscribed},
-                                                 layout_.get());
-  pool_ = std::make_unique<detail::WorkerPool>(*comm_, layout_ ? layout_->rank * L : 0,
-                                               num_replicas(), L, policy.step_spin);
+                                                 tracer_->recorders(), layout_.get());
+  pool_ = std::make_unique<detail::WorkerPool>(*comm_, tracer_->recorders(),
+                                               layout_ ? layout_->rank * L : 0, num_replicas(), L,
+                                               policy.step_spin);
   reduce_scratch_ = std::make_unique<detail::ReduceScratch>(L);
 }
 
@@ -89,13 +93,14 @@ void Replicator::run_erased(detail::StepRef step) {
                       "); restart all its processes",
                   std::nullopt);
   }
+  tracer_->recorders().clear();
   try {
     pool_->run(step);
   } catch (const CollectiveMismatch& e) {
     // Every replica of every process raised it from the same frames, and none is left
     // waiting: an abort notice now would only race the frames the peers still read.
     if (layout_) broken_ = e.what();
-    throw;
+    std::rethrow_exception(tracer_->with_summary(e));
   } catch (const std::exception& e) {
     // The other processes may be waiting for this one: release them, naming the replica
     // whose failure it was.
@@ -107,6 +112,9 @@ void Replicator::run_erased(detail::StepRef step) {
         cause = aborted->cause_replica() ? aborted->cause_replica() : cause;
       }
       transport_->abort(e.what(), cause);
+    }
+    if (const std::exception_ptr summarised = tracer_->with_summary(e)) {
+      std::rethrow_exception(summarised);
     }
     throw;
   }

@@ -6,12 +6,17 @@
 
 #include "replicator/errors.h"
 #include "src/comm/futex.h"
+#include "src/runtime/signal_dump.h"
 
 namespace replicator::detail {
 
-WorkerPool::WorkerPool(Communicator& comm, int first_replica, int num_replicas, int num_local,
-                       std::chrono::microseconds spin)
-    : comm_(comm), first_replica_(first_replica), num_replicas_(num_replicas), spin_(spin) {
+WorkerPool::WorkerPool(Communicator& comm, FlightRecorders& recorders, int first_replica,
+                       int num_replicas, int num_local, std::chrono::microseconds spin)
+    : comm_(comm),
+      recorders_(recorders),
+      first_replica_(first_replica),
+      num_replicas_(num_replicas),
+      spin_(spin) {
   threads_.reserve(static_cast<std::size_t>(num_local));
   for (int local = 0; local < num_local; ++local) {
     threads_.emplace_back([this, local] { loop(local); });
@@ -44,6 +49,8 @@ void WorkerPool::run(StepRef step) {
 
 void WorkerPool::loop(int local) {
   const int id = first_replica_ + local;
+  SignalDump::block_in_this_thread();
+  FlightRecorder& recorder = recorders_[local];
   std::uint32_t seen = 0;
   for (;;) {
     const auto spin_end = std::chrono::steady_clock::now() + spin_;
@@ -61,9 +68,12 @@ void WorkerPool::loop(int local) {
 
     ReplicaContext ctx(&comm_, id, num_replicas_, local, static_cast<int>(threads_.size()));
     const ReplicaContext::CurrentScope current(ctx);
+    recorder.begin_step(std::chrono::steady_clock::now());
+    bool failed = true;
     try {
       step_.invoke(step_.object, ctx);
       ctx.end_step();
+      failed = false;
     } catch (Error& e) {
       // The exception is read before it is handed over: once recorded, another replica's
       // failure may replace it and release it.
@@ -84,6 +94,7 @@ void WorkerPool::loop(int local) {
                      std::make_exception_ptr(ReplicaFailed(what, id, std::current_exception())));
       comm_.fail(id, what);
     }
+    recorder.end_step(std::chrono::steady_clock::now(), failed);
     if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) futex_wake_all(&remaining_);
   }
 }

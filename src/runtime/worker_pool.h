@@ -12,16 +12,18 @@
 
 #include "replicator/replicator.h"
 #include "src/collectives/communicator.h"
+#include "src/comm/flight_recorder.h"
 
 namespace replicator::detail {
 
 class WorkerPool {
  public:
   // Starts `num_local` threads for replicas first_replica .. first_replica + num_local - 1
-  // of `num_replicas`. `comm` must outlive the pool. An idle thread busy-waits `spin` for
-  // the next step before it parks.
-  WorkerPool(Communicator& comm, int first_replica, int num_replicas, int num_local,
-             std::chrono::microseconds spin);
+  // of `num_replicas`. `comm` and `recorders` (which get each replica's steps) must
+  // outlive the pool. An idle thread busy-waits `spin` for the next step before it parks.
+  // The threads block SIGUSR1 (the flight recorder's dump thread takes it).
+  WorkerPool(Communicator& comm, FlightRecorders& recorders, int first_replica, int num_replicas,
+             int num_local, std::chrono::microseconds spin);
   ~WorkerPool();  // stops and joins the threads
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
@@ -35,6 +37,7 @@ class WorkerPool {
   void record_failure(int local, std::exception_ptr error);
 
   Communicator& comm_;
+  FlightRecorders& recorders_;
   const int first_replica_;
   const int num_replicas_;
   const std::chrono::microseconds spin_;

@@ -78,6 +78,10 @@ struct CleanEnv {
   ScopedEnv local{"REPLICATOR_LOCAL_REPLICAS", std::nullopt};
   ScopedEnv timeout{"REPLICATOR_TIMEOUT", std::nullopt};
   ScopedEnv spin{"REPLICATOR_SPIN", std::nullopt};
+  ScopedEnv recorder{"REPLICATOR_FLIGHT_RECORDER_SIZE", std::nullopt};
+  ScopedEnv trace_dir{"REPLICATOR_TRACE_DIR", std::nullopt};
+  ScopedEnv timeline{"REPLICATOR_TIMELINE", std::nullopt};
+  ScopedEnv trace_signal{"REPLICATOR_TRACE_SIGNAL", std::nullopt};
 };
 
 // ---- defaults and options() -------------------------------------------------------------
@@ -99,7 +103,8 @@ TEST(ConfigTest, OptionsListsEveryNameSetAccepts) {
   EXPECT_EQ(names, (std::vector<std::string>{"local-replicas", "timeout", "spin", "host-processes",
                                              "engine", "rank", "world-size", "store", "host", "job",
                                              "generation", "restart-count", "heartbeat",
-                                             "heartbeat-store"}));
+                                             "heartbeat-store", "flight-recorder-size", "trace-dir",
+                                             "timeline", "trace-signal"}));
 }
 
 TEST(ConfigTest, ElasticJobsRunOnGlooOnly) {
@@ -373,19 +378,33 @@ TEST(ConfigFromEnvTest, ReadsEveryVariable) {
   const ScopedEnv local("REPLICATOR_LOCAL_REPLICAS", "3");
   const ScopedEnv timeout("REPLICATOR_TIMEOUT", "750ms");
   const ScopedEnv spin("REPLICATOR_SPIN", "0us");
+  const ScopedEnv recorder("REPLICATOR_FLIGHT_RECORDER_SIZE", "64");
+  const ScopedEnv trace_dir("REPLICATOR_TRACE_DIR", "/tmp/dumps");
+  const ScopedEnv timeline("REPLICATOR_TIMELINE", "run.json");
+  const ScopedEnv trace_signal("REPLICATOR_TRACE_SIGNAL", "off");
   const Config config = Config::from_env();
   EXPECT_EQ(config.local_replicas, 3);
   EXPECT_EQ(config.timeout, milliseconds(750));
   EXPECT_EQ(config.spin, microseconds(0));
+  EXPECT_EQ(config.flight_recorder_size, 64);
+  EXPECT_EQ(config.trace_dir, "/tmp/dumps");
+  EXPECT_EQ(config.timeline, "run.json");
+  EXPECT_FALSE(config.trace_signal);
 }
 
 TEST(ConfigFromEnvTest, BadValueNamesVariableAndValue) {
   const struct {
     const char* variable;
     const char* value;
-  } cases[] = {{"REPLICATOR_LOCAL_REPLICAS", "many"}, {"REPLICATOR_LOCAL_REPLICAS", "0"},
-               {"REPLICATOR_TIMEOUT", "soon"},        {"REPLICATOR_TIMEOUT", "0ms"},
-               {"REPLICATOR_SPIN", "forever"},        {"REPLICATOR_TIMEOUT", ""}};
+  } cases[] = {{"REPLICATOR_LOCAL_REPLICAS", "many"},
+               {"REPLICATOR_LOCAL_REPLICAS", "0"},
+               {"REPLICATOR_TIMEOUT", "soon"},
+               {"REPLICATOR_TIMEOUT", "0ms"},
+               {"REPLICATOR_SPIN", "forever"},
+               {"REPLICATOR_TIMEOUT", ""},
+               {"REPLICATOR_FLIGHT_RECORDER_SIZE", "-1"},
+               {"REPLICATOR_FLIGHT_RECORDER_SIZE", "lots"},
+               {"REPLICATOR_TRACE_SIGNAL", "sometimes"}};
   for (const auto& c : cases) {
     const CleanEnv clean;
     const ScopedEnv bad(c.variable, c.value);

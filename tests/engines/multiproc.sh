@@ -6,7 +6,7 @@
 #
 # CASE: determinism-mpi, determinism-gloo, mismatch-mpi, mismatch-gloo,
 #       local-mismatch-mpi, local-mismatch-gloo, throw-mpi, throw-gloo, stop-mpi, stop-gloo,
-#       kill-mpi, kill-gloo, two-hosts-gloo
+#       kill-mpi, kill-gloo, timeline-mpi, timeline-gloo, two-hosts-gloo
 # Exit 0 on success, 1 on failure, 77 when the case cannot run here (ctest: skipped).
 set -uo pipefail
 build="${1:?build dir}"
@@ -45,10 +45,16 @@ expect_mismatch_cases() {
   echo "local mismatch: 10 cases raised CollectiveMismatch on every replica of both processes"
 }
 
-# expect_stop_ended OUTPUT SECONDS: the stop scenario's survivor detected it, the job ended
-# within the deadline plus launcher time, and no process of it is left.
+# expect_stop_ended OUTPUT SECONDS: the stop scenario's survivor detected it, its flight
+# recorder summary names the stopped replica and shows its own collective in progress, the
+# job ended within the deadline plus launcher time, and no process of it is left.
 expect_stop_ended() {
   grep -q 'stop detected: Timeout' <<<"$1" || fail "the survivor did not time out: $1"
+  grep -q '^\(\[rank 0\] \)\?flight recorder' <<<"$1" || fail "no flight recorder summary: $1"
+  grep -q 'replica 1 (process 1): never arrived at all_reduce #100 within 3000 ms' <<<"$1" ||
+    fail "the summary does not name the stopped replica 1: $1"
+  grep -q 'replica 0: step 2, #100 all_reduce f32 x 1024 (4 KiB), in progress for [0-9.]* s' \
+    <<<"$1" || fail "the summary does not show the survivor's collective in progress: $1"
   (( $2 < 60 )) || fail "the job took $2 s to end after a 3 s timeout: $1"
   if pgrep -f "replicator_multiproc stop" > /dev/null; then
     pkill -9 -f "replicator_multiproc stop"
@@ -143,6 +149,36 @@ case "$case_name" in
     done
     rm -rf "$store"
     [[ $status == 0 ]] || fail "survivors did not report the lost process"
+    ;;
+  timeline-mpi | timeline-gloo)
+    # 2 processes x 2 replicas with REPLICATOR_TIMELINE: one file per process, each a valid
+    # JSON array with a track per local replica and the digest step's collectives in order.
+    dir=$(mktemp -d)
+    if [[ $case_name == timeline-mpi ]]; then
+      out=$("${mpi[@]}" -np 2 -x REPLICATOR_LOCAL_REPLICAS=2 -x REPLICATOR_TIMELINE="$dir/run.json" \
+        "$prog" digest 2>&1) || fail "$out"
+    else
+      out=$(REPLICATOR_TIMELINE="$dir/run.json" timeout 120 "$launcher" launch -n 2 \
+        --local-replicas 2 -- "$prog" digest 2>&1) || fail "$out"
+    fi
+    python3 - "$dir" <<'PY' || { ls -l "$dir"; rm -rf "$dir"; fail "bad timeline files"; }
+import json, sys
+for rank in (0, 1):
+    events = json.load(open(f"{sys.argv[1]}/run.rank{rank}.json"))
+    assert all(e["pid"] == rank for e in events), "pid is not the rank"
+    names = {e["tid"]: e["args"]["name"] for e in events
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert names == {r: f"replica {r}" for r in (2 * rank, 2 * rank + 1)}, names
+    for tid in names:
+        mine = [e for e in events if e["ph"] == "X" and e["tid"] == tid]
+        assert [e["name"] for e in mine if e["cat"] == "step"][:2] == ["step 1", "step 2"]
+        digest = [e for e in mine if e["cat"] == "collective" and e["args"]["step"] == 2]
+        assert [e["name"] for e in digest] == ["all_reduce"] * 8 + ["end of step"], digest
+        assert [e["args"]["seq"] for e in digest] == list(range(9)), digest
+        assert [e["args"]["bytes"] for e in digest[:4]] == [4, 2, 148, 74], digest
+print("timeline: 2 files, a track per replica, the digest's collectives in order")
+PY
+    rm -rf "$dir"
     ;;
   two-hosts-gloo)
     exec "$(dirname "$0")/two_hosts.sh" "$build"

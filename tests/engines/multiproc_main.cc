@@ -14,8 +14,9 @@
 //              each on a fresh Replicator: every replica of every process must raise
 //              CollectiveMismatch (none Aborted); prints "<case>: mismatch ok" per case
 //   stop       the last process SIGSTOPs itself in the middle of a stream of
-//              all_reduces; the others print "stop detected: <error>" and exit 1 (a
-//              failed job), which must end the whole job
+//              all_reduces; the others print "stop detected: <error>" (whose flight
+//              recorder summary names the stopped replica) and exit 1 (a failed job),
+//              which must end the whole job
 //   kill       the last process SIGKILLs itself in the middle of a stream of
 //              all_reduces; the others print "peer-lost after <ms> ms" and exit 0 if
 //              they get PeerLost (or Aborted, naming the lost process), 1 otherwise
