@@ -17,8 +17,9 @@ std::int64_t unix_minus_steady_ns() {
   return (unix_now - steady_now).count();
 }
 
-// Microseconds with three decimals, from nanoseconds (no rounding through a double).
-std::string micros(std::int64_t ns) {
+}  // namespace
+
+std::string json_micros(std::int64_t ns) {
   char text[40];
   const char* sign = ns < 0 ? "-" : "";
   const std::uint64_t abs =
@@ -26,8 +27,6 @@ std::string micros(std::int64_t ns) {
   std::snprintf(text, sizeof text, "%s%" PRIu64 ".%03" PRIu64, sign, abs / 1000, abs % 1000);
   return text;
 }
-
-}  // namespace
 
 TimelineLane::TimelineLane(Timeline& owner, int replica)
     : owner_(owner), replica_(replica), chunk_(std::make_unique<Chunk>()) {
@@ -151,8 +150,8 @@ void Timeline::write_chunk(const TimelineLane::Chunk& chunk) {
     } else {
       line = R"({"name":")" + std::string(e.op) + R"(","cat":"collective","ph":"X")";
     }
-    line += ids + R"(,"ts":)" + micros(e.start_ns + unix_offset_ns_) + R"(,"dur":)" +
-            micros(e.end_ns - e.start_ns) + R"(,"args":{"step":)" + std::to_string(e.step);
+    line += ids + R"(,"ts":)" + json_micros(e.start_ns + unix_offset_ns_) + R"(,"dur":)" +
+            json_micros(e.end_ns - e.start_ns) + R"(,"args":{"step":)" + std::to_string(e.step);
     if (!e.is_step) {
       line += R"(,"seq":)" + std::to_string(e.sequence) + R"(,"dtype":")" +
               std::string(to_string(e.dtype)) + R"(","count":)" + std::to_string(e.count) +

@@ -28,6 +28,10 @@
 
 namespace replicator::detail {
 
+// Nanoseconds as microseconds with three decimals ("-12.345"), for JSON: exact, with no
+// rounding through a double. Never throws but std::bad_alloc.
+std::string json_micros(std::int64_t ns);
+
 struct TimelineEvent {
   bool is_step = false;  // a step; else a collective
   CallState state = CallState::kDone;

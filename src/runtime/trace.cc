@@ -45,15 +45,6 @@ std::string json_string(std::string_view text) {
   return out + "\"";
 }
 
-std::string micros(std::int64_t ns) {
-  char text[40];
-  const char* sign = ns < 0 ? "-" : "";
-  const std::uint64_t abs =
-      ns < 0 ? static_cast<std::uint64_t>(-ns) : static_cast<std::uint64_t>(ns);
-  std::snprintf(text, sizeof text, "%s%" PRIu64 ".%03" PRIu64, sign, abs / 1000, abs % 1000);
-  return text;
-}
-
 // "replica 3" or "replicas 2-3".
 std::string replicas_text(int first, int count) {
   if (count == 1) return "replica " + std::to_string(first);
@@ -140,7 +131,7 @@ std::string Tracer::json(std::string_view reason, std::string_view error,
                     ", \"processes\": " + std::to_string(processes_) +
                     ", \"local_replicas\": " + std::to_string(num_local_) +
                     ", \"pid\": " + std::to_string(getpid()) +
-                    ", \"unix_time_us\": " + micros(unix_now) + ",\n \"summary\": [";
+                    ", \"unix_time_us\": " + json_micros(unix_now) + ",\n \"summary\": [";
   for (std::size_t i = 0; i < summary.size(); ++i) {
     out += (i ? ",\n  " : "\n  ") + json_string(summary[i]);
   }
@@ -160,9 +151,10 @@ std::string Tracer::json(std::string_view reason, std::string_view error,
              ", \"dtype\": " + json_string(to_string(c.dtype)) +
              ", \"count\": " + std::to_string(c.count) + ", \"bytes\": " + std::to_string(c.bytes) +
              ", \"state\": " + json_string(to_string(c.state)) +
-             ", \"start_unix_us\": " + micros(c.start_ns + offset) +
-             ", \"end_unix_us\": " + (ended ? micros(c.end_ns + offset) : "null") +
-             ", \"duration_us\": " + micros((ended ? c.end_ns : steady_now) - c.start_ns) + "}";
+             ", \"start_unix_us\": " + json_micros(c.start_ns + offset) +
+             ", \"end_unix_us\": " + (ended ? json_micros(c.end_ns + offset) : "null") +
+             ", \"duration_us\": " + json_micros((ended ? c.end_ns : steady_now) - c.start_ns) +
+             "}";
     }
     out += "]}";
   }
