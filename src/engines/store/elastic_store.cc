@@ -194,7 +194,7 @@ namespace {
 std::string write_temp(const ElasticUrl& url, const fs::path& target, std::string_view value) {
   std::error_code ec;
   fs::create_directories(target.parent_path(), ec);
-  const std::string temp = temp_name(target);
+  std::string temp = temp_name(target);
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     throw ConfigError("rendezvous store " + url.text + ": cannot write " + temp + ": " +
