@@ -51,10 +51,10 @@ namespace {
 // The receives of every other process's frame, into lane.recvs (emptied first).
 void frame_receives(const ProcessLayout& layout, LaneScratch& lane) {
   lane.recvs.clear();
+  const std::size_t bytes = frame_bytes(layout.traits);
   for (int q = 0; q < layout.processes; ++q) {
     if (q == layout.rank) continue;
-    lane.recvs.push_back(
-        {q, lane.frames.data() + static_cast<std::size_t>(q) * kFrameBytes, kFrameBytes});
+    lane.recvs.push_back({q, lane.frames.data() + static_cast<std::size_t>(q) * bytes, bytes});
   }
 }
 
@@ -68,7 +68,7 @@ void post_frame_receives(const ProcessLayout& layout, int me, LaneScratch& lane,
 }  // namespace
 
 void start_frames(const Peers& p, const ProcessLayout& layout, LaneScratch& lane) {
-  lane.frames.resize(static_cast<std::size_t>(layout.processes) * kFrameBytes);
+  lane.frames.resize(static_cast<std::size_t>(layout.processes) * frame_bytes(layout.traits));
   if (!lane.frames_ahead && layout.traits.receives_ahead) {
     post_frame_receives(layout, p.me, lane, p.mine());
   }
@@ -93,12 +93,12 @@ Transport::Ticket post_frame(const Peers& p, const ProcessLayout& layout, LaneSc
                              const FrameHeader* flagged) {
   const int P = layout.processes;
   std::byte* frames = lane.frames.data();
-  std::byte* mine = frames + static_cast<std::size_t>(layout.rank) * kFrameBytes;
+  const std::size_t bytes = frame_bytes(layout.traits);
+  std::byte* mine = frames + static_cast<std::size_t>(layout.rank) * bytes;
   const FrameHeader header = flagged ? *flagged : header_of(p.mine());
   std::memcpy(mine, &header, sizeof header);
   if (payload_bytes > 0) std::memcpy(mine + kHeaderBytes, payload, payload_bytes);
-  const std::size_t sent =
-      layout.traits.receives_shorter ? kHeaderBytes + payload_bytes : kFrameBytes;
+  const std::size_t sent = layout.traits.receives_shorter ? kHeaderBytes + payload_bytes : bytes;
   lane.sends.clear();
   for (int q = 0; q < P; ++q) {
     if (q != layout.rank) lane.sends.push_back({q, mine, sent});
@@ -114,10 +114,11 @@ Transport::Ticket post_frame(const Peers& p, const ProcessLayout& layout, LaneSc
 void check_frame_calls(const ProcessLayout& layout, const std::byte* frames,
                        const FrameHeader& mine) {
   const int P = layout.processes;
+  const std::size_t bytes = frame_bytes(layout.traits);
   bool same = true;
   for (int q = 0; q < P; ++q) {
     FrameHeader theirs;
-    std::memcpy(&theirs, frames + static_cast<std::size_t>(q) * kFrameBytes, sizeof theirs);
+    std::memcpy(&theirs, frames + static_cast<std::size_t>(q) * bytes, sizeof theirs);
     same = same && same_call(theirs, mine);
   }
   if (same) return;
@@ -125,7 +126,7 @@ void check_frame_calls(const ProcessLayout& layout, const std::byte* frames,
   std::string message =
       "collective #" + std::to_string(mine.sequence) + " does not match across processes: ";
   for (int q = 0; q < P; ++q) {
-    const std::byte* frame = frames + static_cast<std::size_t>(q) * kFrameBytes;
+    const std::byte* frame = frames + static_cast<std::size_t>(q) * bytes;
     FrameHeader theirs;
     std::memcpy(&theirs, frame, sizeof theirs);
     const std::string call = describe(theirs);

@@ -14,13 +14,14 @@ Path choose_local_path(std::size_t path_bytes, std::size_t staging_capacity,
 
 AllReducePlan choose_all_reduce(const AllReduceShape& shape, const TransportTraits& traits) {
   const std::size_t all_rows = static_cast<std::size_t>(shape.max_subtrees) * shape.row_bytes;
-  if (all_rows <= kFramePayload) return {.algorithm = AllReduceAlgorithm::kInFrame};
+  if (all_rows <= frame_payload(traits)) return {.algorithm = AllReduceAlgorithm::kInFrame};
   const std::size_t eager = traits.eager_bytes;
   const std::size_t row = shape.row_bytes;
   if (all_rows <= kGatherBytes &&
       (row <= eager || row / static_cast<std::size_t>(shape.processes) > eager)) {
     return {.algorithm = AllReduceAlgorithm::kGathered};
   }
+  if (shape.native_same_bits) return {.algorithm = AllReduceAlgorithm::kNative};
   return {.algorithm = AllReduceAlgorithm::kPipelined,
           .step_bytes =
               std::clamp(shape.largest_part_bytes, traits.min_step_bytes, traits.max_step_bytes),

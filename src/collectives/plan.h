@@ -32,6 +32,7 @@ enum class AllReduceAlgorithm : std::uint8_t {
   kInFrame,    // the partials ride in the frames: one round trip
   kGathered,   // every process sends all its partials to all: one exchange after the frames
   kPipelined,  // owner parts in steps: partials to the owner, results back
+  kNative,     // the engine's own all-reduce (after the frames), where it gives our bits
 };
 
 struct AllReduceShape {
@@ -39,6 +40,10 @@ struct AllReduceShape {
   int max_subtrees = 1;                // most subtrees any process holds
   int processes = 2;                   // P
   std::size_t largest_part_bytes = 0;  // partials of the largest owner part (slice / P)
+  // The engine has its own all-reduce of this dtype and op, and it gives the bits of the
+  // canonical tree: two processes of one subtree each (the last step of the tree is then
+  // a single op(a, b), which is commutative), partials of the element type.
+  bool native_same_bits = false;
 };
 
 struct AllReducePlan {
@@ -60,8 +65,19 @@ inline constexpr std::size_t kStreamBytes = std::size_t{16} << 10;
 
 // In frame when every process's partials fit in a frame; gathered up to kGatherBytes unless
 // that turns messages the transport sends at once into ones with a handshake (a row over
-// the eager size whose owner parts would stay under it); else pipelined in steps of the
-// largest part clamped to the transport's step range.
+// the eager size whose owner parts would stay under it); else the engine's own all-reduce
+// where it gives the same bits, else pipelined in steps of the largest part clamped to the
+// transport's step range.
+//
+// The cost model behind the engine's own: every algorithm starts with the frames (the
+// mismatch check). In frame, the data rides in them: one round trip, which nothing that
+// needs the frames first can beat. Gathered, one exchange of rows follows them: the messages
+// of the engine's own small-message algorithm (recursive doubling) for two processes, and
+// the same bytes. Pipelined, our reduce-scatter and all-gather move the bytes the engine's
+// own ring moves, in as many round trips, but through a staging row and our own polling,
+// where the engine copies straight from the peer's buffer inside its progress loop: so
+// where the engine's own gives the same bits, it takes the pipelined sizes, and it costs
+// at most what ours costs (its frames are ours).
 AllReducePlan choose_all_reduce(const AllReduceShape& shape, const TransportTraits& traits);
 
 }  // namespace replicator::detail

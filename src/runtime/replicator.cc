@@ -56,6 +56,7 @@ Replicator::Replicator(Config config, std::unique_ptr<detail::Transport> transpo
     layout_->processes = transport_->size();
     layout_->local = L;
     layout_->traits = transport_->traits();
+    layout_->native = dynamic_cast<detail::NativeCollectives*>(transport_.get());
     for (int q = 0; q < layout_->processes; ++q) {
       layout_->subtrees.push_back(detail::canonical_subtrees(q * L, (q + 1) * L));
       layout_->max_subtrees =

@@ -3,7 +3,10 @@
 // tests and the sanitizers without MPI or sockets.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -11,9 +14,11 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "replicator/errors.h"
+#include "src/engines/native.h"
 #include "src/engines/transport.h"
 
 namespace replicator::testing {
@@ -22,7 +27,9 @@ class FakeNetwork : public std::enable_shared_from_this<FakeNetwork> {
  public:
   // `receives_ahead`, `receives_shorter`: what the endpoints' traits() say (every way of the
   // algorithms runs over it). A message longer than its receive, or shorter where receives_shorter
-  // is false, fails the wait.
+  // is false, fails the wait. Where receives may be shorter, the network is like OpenMPI's
+  // shared memory: 4000 bytes go out eagerly (so frames carry up to that), and the endpoints
+  // have an all-reduce of their own (sums, in rank order) that the chooser may pick.
   explicit FakeNetwork(int processes, bool receives_ahead = true, bool receives_shorter = false)
       : processes_(processes),
         receives_ahead_(receives_ahead),
@@ -32,6 +39,8 @@ class FakeNetwork : public std::enable_shared_from_this<FakeNetwork> {
   std::unique_ptr<detail::Transport> endpoint(int rank, int lanes);
 
   int processes() const { return processes_; }
+  // How many all-reduces of the endpoints' own ran (one per lane and process).
+  std::atomic<int> native_calls{0};
 
  private:
   friend class FakeTransport;
@@ -46,7 +55,7 @@ class FakeNetwork : public std::enable_shared_from_this<FakeNetwork> {
   bool receives_shorter_;
 };
 
-class FakeTransport : public detail::Transport {
+class FakeTransport : public detail::Transport, public detail::NativeCollectives {
  public:
   FakeTransport(std::shared_ptr<FakeNetwork> network, int rank, int lanes)
       : network_(std::move(network)), rank_(rank), lanes_(lanes) {}
@@ -114,8 +123,62 @@ class FakeTransport : public detail::Transport {
   detail::TransportTraits traits() const override {
     return {.receives_ahead = network_->receives_ahead_,
             .receives_shorter = network_->receives_shorter_,
+            .eager_bytes = network_->receives_shorter_ ? std::size_t{4000} : 0,
             .min_step_bytes = 64 * 1024,
             .max_step_bytes = 64 * 1024};
+  }
+
+  // The "engine's own" all-reduce: every process sends its whole buffer to every other on
+  // the lane and sums all of them in rank order.
+  void native_all_reduce_f32(float* data, std::size_t count) override {
+    native_all_reduce(0, data, count, DType::kF32, ReduceOp::kSum,
+                      Clock::now() + std::chrono::seconds(30));
+  }
+  bool native_all_reduce_supports(DType dtype, ReduceOp op) const noexcept override {
+    return network_->receives_shorter_ && op == ReduceOp::kSum &&
+           (dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kI32 ||
+            dtype == DType::kI64);
+  }
+  void native_all_reduce(int lane, void* data, std::size_t count, DType dtype, ReduceOp op,
+                         Clock::time_point deadline) override {
+    if (!native_all_reduce_supports(dtype, op)) {
+      throw InvalidArgument("fake transport: no all-reduce of its own for this dtype and op");
+    }
+    ++network_->native_calls;
+    const int P = size();
+    const std::size_t bytes = count * dtype_size(dtype);
+    std::vector<std::vector<std::byte>> all(static_cast<std::size_t>(P));
+    std::vector<detail::SendOp> sends;
+    std::vector<detail::RecvOp> recvs;
+    for (int q = 0; q < P; ++q) {
+      auto& mine = all[static_cast<std::size_t>(q)];
+      mine.resize(bytes);
+      if (q == rank_) {
+        std::memcpy(mine.data(), data, bytes);
+        continue;
+      }
+      sends.push_back({q, data, bytes});
+      recvs.push_back({q, mine.data(), bytes});
+    }
+    wait(lane, post(lane, sends, recvs), deadline);
+    const auto sum = [&](auto* out) {
+      using T = std::remove_pointer_t<decltype(out)>;
+      for (std::size_t i = 0; i < count; ++i) {
+        T acc = reinterpret_cast<const T*>(all[0].data())[i];
+        for (int q = 1; q < P; ++q) acc += reinterpret_cast<const T*>(all[q].data())[i];
+        out[i] = acc;
+      }
+    };
+    switch (dtype) {
+      case DType::kF32:
+        return sum(static_cast<float*>(data));
+      case DType::kF64:
+        return sum(static_cast<double*>(data));
+      case DType::kI32:
+        return sum(static_cast<std::int32_t*>(data));
+      default:
+        return sum(static_cast<std::int64_t*>(data));
+    }
   }
 
  private:

@@ -35,20 +35,43 @@ constexpr TransportTraits kGlooLike{.receives_ahead = true,
                                     .min_step_bytes = std::size_t{64} << 10,
                                     .max_step_bytes = std::size_t{4} << 20};
 
-AllReducePlan plan_for(std::size_t row, int subtrees, int processes, const TransportTraits& t) {
+AllReducePlan plan_for(std::size_t row, int subtrees, int processes, const TransportTraits& t,
+                       bool native_same_bits = false) {
   return choose_all_reduce({.row_bytes = row,
                             .max_subtrees = subtrees,
                             .processes = processes,
-                            .largest_part_bytes = row / static_cast<std::size_t>(processes)},
+                            .largest_part_bytes = row / static_cast<std::size_t>(processes),
+                            .native_same_bits = native_same_bits},
                            t);
+}
+
+TEST(FramesTest, AsLongAsTheEagerSizeWhereAReceiveTakesShorterMessagesElseFixed) {
+  EXPECT_EQ(frame_bytes(kGlooLike), kFrameBytes);
+  EXPECT_EQ(frame_payload(kGlooLike), kFramePayload);
+  EXPECT_EQ(frame_bytes(kMpiLike), 3968u);  // whole cache lines within the 4000 eager bytes
+  EXPECT_EQ(frame_payload(kMpiLike), 3968u - kHeaderBytes);
+  // Never shorter than the fixed frame (a flagged frame's payload must fit).
+  EXPECT_EQ(frame_bytes({.receives_shorter = true, .eager_bytes = 100}), kFrameBytes);
 }
 
 TEST(ChooseAllReduceTest, InFrameWhileEveryRowFitsTheFramePayload) {
   EXPECT_EQ(plan_for(0, 1, 2, kGlooLike).algorithm, AllReduceAlgorithm::kInFrame);
   EXPECT_EQ(plan_for(kFramePayload, 1, 2, kGlooLike).algorithm, AllReduceAlgorithm::kInFrame);
-  EXPECT_EQ(plan_for(kFramePayload / 2, 2, 2, kMpiLike).algorithm, AllReduceAlgorithm::kInFrame);
-  EXPECT_NE(plan_for(kFramePayload / 2 + 8, 2, 2, kMpiLike).algorithm,
-            AllReduceAlgorithm::kInFrame);
+  EXPECT_NE(plan_for(kFramePayload + 8, 1, 2, kGlooLike).algorithm, AllReduceAlgorithm::kInFrame);
+  const std::size_t mpi_payload = frame_payload(kMpiLike);
+  EXPECT_EQ(plan_for(mpi_payload / 2, 2, 2, kMpiLike).algorithm, AllReduceAlgorithm::kInFrame);
+  EXPECT_NE(plan_for(mpi_payload / 2 + 8, 2, 2, kMpiLike).algorithm, AllReduceAlgorithm::kInFrame);
+  // The engine's own all-reduce never takes what fits in the frames (one round trip).
+  EXPECT_EQ(plan_for(mpi_payload, 1, 2, kMpiLike, true).algorithm, AllReduceAlgorithm::kInFrame);
+}
+
+TEST(ChooseAllReduceTest, TheEnginesOwnTakesThePipelinedSizesWhereItGivesTheSameBits) {
+  EXPECT_EQ(plan_for(16384, 1, 2, kMpiLike, true).algorithm, AllReduceAlgorithm::kGathered);
+  for (const std::size_t row : {std::size_t{8000}, std::size_t{64} << 10, std::size_t{64} << 20}) {
+    EXPECT_EQ(plan_for(row, 1, 2, kMpiLike, true).algorithm, AllReduceAlgorithm::kNative) << row;
+    EXPECT_EQ(plan_for(row, 1, 2, kMpiLike, false).algorithm, AllReduceAlgorithm::kPipelined)
+        << row;
+  }
 }
 
 TEST(ChooseAllReduceTest, GatheredUpTo16KiBUnlessItTurnsEagerMessagesIntoRendezvous) {

@@ -6,7 +6,7 @@
 #
 # CASE: determinism-mpi, determinism-gloo, mismatch-mpi, mismatch-gloo,
 #       local-mismatch-mpi, local-mismatch-gloo, throw-mpi, throw-gloo, stop-mpi, stop-gloo,
-#       kill-mpi, kill-gloo, timeline-mpi, timeline-gloo, two-hosts-gloo
+#       native-deadline-mpi, kill-mpi, kill-gloo, timeline-mpi, timeline-gloo, two-hosts-gloo
 # Exit 0 on success, 1 on failure, 77 when the case cannot run here (ctest: skipped).
 set -uo pipefail
 build="${1:?build dir}"
@@ -65,6 +65,7 @@ expect_stop_ended() {
 
 case "$case_name" in
   determinism-mpi)
+    expect_same 2 "$(digest_local 2)" "$(digest_mpi 2 1)"
     expect_same 4 "$(digest_local 4)" "$(digest_mpi 2 2)" "$(digest_mpi 4 1)"
     expect_same 3 "$(digest_local 3)" "$(digest_mpi 3 1)"
     expect_same 6 "$(digest_local 6)" "$(digest_mpi 2 3)" "$(digest_mpi 3 2)" "$(digest_mpi 6 1)"
@@ -105,6 +106,22 @@ case "$case_name" in
       fail "the job should have failed: $out"
     took=$(( $(date +%s) - start ))
     expect_stop_ended "$out" "$took"
+    ;;
+  native-deadline-mpi)
+    # The engine's own all-reduce cannot be cancelled: past its deadline the process that
+    # waits ends the job, naming what it waited for and the peer that did not come.
+    start=$(date +%s)
+    out=$("${mpi[@]}" -np 2 "$prog" native-deadline 2>&1) && fail "the job should have failed: $out"
+    took=$(( $(date +%s) - start ))
+    grep -q 'MPI_Allreduce of 1048576 bytes on lane 0 did not complete within 2000 ms: process 1' \
+      <<<"$out" || fail "no message naming the all-reduce and process 1: $out"
+    grep -q 'not ended\|returned without' <<<"$out" && fail "the job went on: $out"
+    (( took < 40 )) || fail "the job took $took s to end after a 2 s deadline: $out"
+    if pgrep -f "replicator_multiproc native-deadline" > /dev/null; then
+      pkill -9 -f "replicator_multiproc native-deadline"
+      fail "a process of the job was left behind: $out"
+    fi
+    echo "engine's own all-reduce past its deadline: the job ended after $took s"
     ;;
   stop-gloo)
     start=$(date +%s)

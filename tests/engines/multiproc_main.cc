@@ -17,6 +17,8 @@
 //              all_reduces; the others print "stop detected: <error>" (whose flight
 //              recorder summary names the stopped replica) and exit 1 (a failed job),
 //              which must end the whole job
+//   native-deadline  (mpi) process 0 runs the engine's own all-reduce alone, with a 2 s
+//              deadline: it must end the job (MPI cannot cancel it)
 //   kill       the last process SIGKILLs itself in the middle of a stream of
 //              all_reduces; the others print "peer-lost after <ms> ms" and exit 0 if
 //              they get PeerLost (or Aborted, naming the lost process), 1 otherwise
@@ -29,10 +31,13 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "replicator/replicator.h"
+#include "src/engines/make_transport.h"
+#include "src/engines/native.h"
 #include "tests/harness/harness.h"
 
 using namespace replicator;
@@ -290,10 +295,30 @@ int kill_one(Replicator& repl, int rank, int processes) {
 
 }  // namespace
 
+// The engine's own all-reduce, which MPI cannot cancel, past its deadline: process 0 calls it
+// on a transport of its own with a 2 s deadline, the others never do; process 0 must end
+// the job, saying what it waited for.
+int native_deadline(const Config& config, int rank) {
+  auto transport = detail::make_transport(config);
+  std::vector<float> v(1 << 18, 1.f);
+  if (rank != 0) {
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    std::fprintf(stderr, "process %d: the job was not ended\n", rank);
+    return 1;
+  }
+  detail::native_of(*transport)
+      .native_all_reduce(0, v.data(), v.size(), DType::kF32, ReduceOp::kSum,
+                         std::chrono::steady_clock::now() + std::chrono::seconds(2));
+  std::fprintf(stderr, "process 0: the all-reduce returned without its peer\n");
+  return 1;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s digest|mismatch|signature|local-mismatch|throw|stop|kill\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s digest|mismatch|signature|local-mismatch|throw|stop|native-deadline|kill\n",
+        argv[0]);
     return 2;
   }
   const std::string scenario = argv[1];
@@ -310,6 +335,7 @@ int main(int argc, char** argv) {
   if (scenario == "kill") return kill_one(repl, rank, processes);
   if (scenario == "local-mismatch") return local_mismatch(config);
   if (scenario == "stop") return stop_one(repl, rank, processes);
+  if (scenario == "native-deadline") return native_deadline(config, rank);
   std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
   return 2;
 }

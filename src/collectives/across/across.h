@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "src/collectives/peers.h"
+#include "src/engines/native.h"
 #include "src/engines/transport.h"
 
 namespace replicator::detail {
@@ -45,6 +46,7 @@ std::vector<Subtree> canonical_subtrees(int begin, int end);
 struct ProcessLayout {
   Transport* transport = nullptr;
   TransportTraits traits;                      // transport->traits(), read once
+  NativeCollectives* native = nullptr;         // the engine's own collectives, if any
   int rank = 0;                                // this process
   int processes = 1;                           // P
   int local = 1;                               // L

@@ -103,11 +103,16 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
   SliceReduce s(p, layout, lane);
   const std::uint64_t largest_part =
       (s.hi - s.lo + static_cast<std::uint64_t>(s.P) - 1) / static_cast<std::uint64_t>(s.P);
+  const bool native_same_bits = s.P == 2 && layout.max_subtrees == 1 && layout.native != nullptr &&
+                                partial_size(s.d.dtype, s.op) == dtype_size(s.d.dtype) &&
+                                layout.native->native_all_reduce_supports(
+                                    s.d.dtype, s.op == ReduceOp::kMean ? ReduceOp::kSum : s.op);
   const AllReducePlan plan =
       choose_all_reduce({.row_bytes = s.row,
                          .max_subtrees = layout.max_subtrees,
                          .processes = s.P,
-                         .largest_part_bytes = largest_part * partial_size(s.d.dtype, s.op)},
+                         .largest_part_bytes = largest_part * partial_size(s.d.dtype, s.op),
+                         .native_same_bits = native_same_bits},
                         layout.traits);
   switch (plan.algorithm) {
     case AllReduceAlgorithm::kInFrame:
@@ -116,6 +121,8 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
       return all_reduce_gathered(s, deadline);
     case AllReduceAlgorithm::kPipelined:
       return all_reduce_pipelined(s, plan, deadline);
+    case AllReduceAlgorithm::kNative:
+      return all_reduce_native(s, deadline);
   }
 }
 

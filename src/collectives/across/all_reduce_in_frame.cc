@@ -1,6 +1,6 @@
 // all_reduce across processes, in frame: where every process's partials of the slice fit in
 // a frame (frames.h), they ride in it: one round trip in all. Each process sends its k rows
-// (k·row ≤ kFramePayload bytes) to each of the P-1 others and combines every process's.
+// (k·row ≤ frame_payload() bytes) to each of the P-1 others and combines every process's.
 #include <cstring>
 
 #include "src/collectives/across/all_reduce_slice.h"
@@ -22,7 +22,7 @@ void all_reduce_in_frame(SliceReduce& s, Deadline deadline) {
   s.combine(
       s.lo, s.hi,
       [&](int q, std::size_t t) -> const std::byte* {
-        return (q == s.rank ? s.arena : payload_of(frames, q)) + t * row;
+        return (q == s.rank ? s.arena : payload_of(s.layout, frames, q)) + t * row;
       },
       [&](std::size_t i, std::uint64_t at, std::uint64_t) { s.local_outputs(i, at); });
 }

@@ -27,8 +27,10 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -147,6 +149,102 @@ struct FinaliseAtExit {
   }
 };
 
+// Watches the deadlines of blocking MPI collectives, which MPI cannot cancel: one thread,
+// started at the first arm(), asleep until the earliest armed deadline. A call still armed
+// at its deadline gets `expired(lane, what, limit)`, which ends the job. Arming and
+// disarming take a mutex and wake the thread only when a deadline earlier than the one it
+// sleeps towards is armed (rarely: the deadlines of one job advance with time).
+class NativeWatch {
+ public:
+  using Expired =
+      std::function<void(int lane, const std::string& what, std::chrono::milliseconds limit)>;
+
+  NativeWatch(int lanes, Expired expired)
+      : armed_(static_cast<std::size_t>(lanes)), expired_(std::move(expired)) {}
+  ~NativeWatch() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  NativeWatch(const NativeWatch&) = delete;
+  NativeWatch& operator=(const NativeWatch&) = delete;
+
+  void arm(int lane, Clock::time_point deadline, const char* what, std::size_t bytes) {
+    std::lock_guard lock(mu_);
+    Armed& a = armed_[static_cast<std::size_t>(lane)];
+    a = {.active = true, .start = Clock::now(), .deadline = deadline, .what = what, .bytes = bytes};
+    if (!thread_.joinable()) thread_ = std::thread([this] { watch(); });
+    if (deadline < target_) cv_.notify_one();
+  }
+  void disarm(int lane) {
+    std::lock_guard lock(mu_);
+    armed_[static_cast<std::size_t>(lane)].active = false;
+  }
+
+ private:
+  struct Armed {
+    bool active = false;
+    Clock::time_point start;
+    Clock::time_point deadline;
+    const char* what = "";
+    std::size_t bytes = 0;
+  };
+
+  void watch() {
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      target_ = Clock::time_point::max();
+      for (std::size_t l = 0; l < armed_.size(); ++l) {
+        const Armed& a = armed_[l];
+        if (!a.active) continue;
+        if (Clock::now() >= a.deadline) {
+          const auto limit = std::chrono::ceil<std::chrono::milliseconds>(a.deadline - a.start);
+          const std::string what =
+              std::string(a.what) + " of " + std::to_string(a.bytes) + " bytes";
+          lock.unlock();
+          expired_(static_cast<int>(l), what, limit);  // does not return
+          lock.lock();
+        }
+        target_ = std::min(target_, a.deadline);
+      }
+      if (target_ == Clock::time_point::max()) {
+        cv_.wait(lock);
+      } else {
+        cv_.wait_until(lock, target_);
+      }
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Armed> armed_;                             // by lane, under mu_
+  Clock::time_point target_ = Clock::time_point::max();  // what the thread sleeps towards
+  bool stop_ = false;
+  Expired expired_;
+  std::thread thread_;
+};
+
+// The MPI type of a native all-reduce's elements, or MPI_DATATYPE_NULL.
+MPI_Datatype mpi_type_of(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return MPI_FLOAT;
+    case DType::kF64:
+      return MPI_DOUBLE;
+    case DType::kI32:
+      return MPI_INT32_T;
+    case DType::kI64:
+      return MPI_INT64_T;
+    case DType::kU8:
+      return MPI_UINT8_T;
+    default:
+      return MPI_DATATYPE_NULL;  // 16-bit floats: MPI has no such type
+  }
+}
+
 // Initialises MPI with MPI_THREAD_MULTIPLE unless done already; the caller holds
 // runtime().mu.
 void ensure_initialised() {
@@ -209,8 +307,19 @@ class MpiTransport final : public Transport, public NativeCollectives {
             .max_step_bytes = std::size_t{2} << 20};
   }
   void native_all_reduce_f32(float* data, std::size_t count) override;
+  // Sums only: MPI may apply min and max in either operand order on different processes,
+  // and the min of -0 and +0 (or of two NaNs) depends on that order.
+  bool native_all_reduce_supports(DType dtype, ReduceOp op) const noexcept override {
+    return mpi_type_of(dtype) != MPI_DATATYPE_NULL && op == ReduceOp::kSum;
+  }
+  void native_all_reduce(int lane, void* data, std::size_t count, DType dtype, ReduceOp op,
+                         Clock::time_point deadline) override;
 
  private:
+  // A native collective passed its deadline: says so, and ends the job.
+  [[noreturn]] void native_expired(int lane, const std::string& what,
+                                   std::chrono::milliseconds limit) noexcept;
+
   // What one request carries.
   struct Op {
     int peer;
@@ -272,6 +381,9 @@ class MpiTransport final : public Transport, public NativeCollectives {
   // sends complete, so both live as long as the transport (or longer, see the destructor).
   std::unique_ptr<char[]> abort_text_;
   std::vector<MPI_Request> abort_requests_;
+
+  // Last member: its thread stops before the rest is destroyed.
+  std::unique_ptr<NativeWatch> watch_;
 };
 
 MpiTransport::MpiTransport(int lanes, std::size_t max_message, long long& transports_made)
@@ -325,6 +437,10 @@ MpiTransport::MpiTransport(int lanes, std::size_t max_message, long long& transp
       lanes_[l].statuses.resize(lanes_[l].requests.capacity());
     }
     abort_requests_.reserve(static_cast<std::size_t>(size_));
+    watch_ = std::make_unique<NativeWatch>(
+        lanes, [this](int lane, const std::string& what, std::chrono::milliseconds limit) {
+          native_expired(lane, what, limit);
+        });
   } catch (...) {
     free_communicators();
     throw;
@@ -654,6 +770,59 @@ void MpiTransport::native_all_reduce_f32(float* data, std::size_t count) {
     }
     done += chunk;
   }
+}
+
+void MpiTransport::native_all_reduce(int lane, void* data, std::size_t count, DType dtype,
+                                     ReduceOp op, Clock::time_point deadline) {
+  check_lane(lane);
+  if (!native_all_reduce_supports(dtype, op)) {
+    throw InvalidArgument("mpi engine: MPI_Allreduce cannot reduce " +
+                          std::string(to_string(dtype)) + " with op " + std::string(to_string(op)));
+  }
+  if (poison_.is_set()) throw_poisoned();
+  const MPI_Datatype type = mpi_type_of(dtype);
+  const std::size_t size = dtype_size(dtype);
+  const std::size_t step = std::max<std::size_t>(max_message_ / size, 1);
+  auto* bytes = static_cast<std::byte*>(data);
+  watch_->arm(lane, deadline, "MPI_Allreduce", count * size);
+  for (std::size_t done = 0; done < count;) {
+    const std::size_t chunk = std::min(count - done, step);
+    const int rc = MPI_Allreduce(MPI_IN_PLACE, bytes + done * size, static_cast<int>(chunk), type,
+                                 MPI_SUM, lanes_[static_cast<std::size_t>(lane)].comm);
+    if (rc != MPI_SUCCESS) {
+      watch_->disarm(lane);
+      const std::string why = "mpi engine: MPI_Allreduce of " + std::to_string(count) + " " +
+                              std::string(to_string(dtype)) + " on lane " + std::to_string(lane) +
+                              " failed: " + mpi_error_string(rc) +
+                              "; the transport is poisoned, restart the job";
+      poison_.set(why);
+      note_job_failure(why);
+      throw Error(why);
+    }
+    done += chunk;
+  }
+  watch_->disarm(lane);
+}
+
+void MpiTransport::native_expired(int lane, const std::string& what,
+                                  std::chrono::milliseconds limit) noexcept {
+  std::string why;
+  try {
+    why = "mpi engine: " + what + " on lane " + std::to_string(lane) + " did not complete within " +
+          std::to_string(limit.count()) + " ms: " +
+          (size_ == 2 ? "process " + std::to_string(1 - rank_) + " did"
+                      : std::string("some of the other processes did")) +
+          " not take part in time (stopped, or far slower); MPI cannot cancel a collective, so "
+          "process " +
+          std::to_string(rank_) + " ends the job";
+  } catch (...) {
+    why = "mpi engine: a collective of the engine itself passed its deadline; ending the job";
+  }
+  poison_.set(why);
+  std::fprintf(stderr, "replicator: %s (MPI_Abort)\n", why.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);  // MPI_Abort does not return; if it ever does, the process still ends
 }
 
 }  // namespace
