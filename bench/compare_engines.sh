@@ -6,7 +6,7 @@
 #   (b) replicator launch -n 2, 1 local replica each: ours on the gloo engine vs gloo::allreduce
 #   (c) ours on mpi, R = 4 both ways: 2 processes x 2 local replicas vs 4 processes x 1
 #
-#   bench/compare_engines.sh [--min-bytes 4] [--max-bytes 64M] [--repeats 5] [--copy-bytes 64M]
+#   bench/compare_engines.sh [--min-bytes 4] [--max-bytes 64M] [--repeats 5] [--copy-bytes auto]
 #   BUILD_DIR=build-bench bench/compare_engines.sh --max-bytes 1M
 #
 # BUILD_DIR (default ./build) holds the `replicator` program. f32 sum, in place; time = median
@@ -20,7 +20,7 @@ build_dir="${BUILD_DIR:-./build}"
 min_bytes=4
 max_bytes=64M
 repeats=5
-copy_bytes=64M
+copy_bytes=auto
 
 usage_lines=2,16
 # shellcheck source=bench/args.sh

@@ -2,7 +2,7 @@
 # Compares replicator's all_reduce (local engine, 2 replica threads) with plain MPI_Allreduce
 # (2 processes) over the same sizes, in one run of this script, and prints a markdown table.
 #
-#   bench/compare_mpi.sh [--min-bytes 4] [--max-bytes 256M] [--repeats 5] [--copy-bytes 256M]
+#   bench/compare_mpi.sh [--min-bytes 4] [--max-bytes 256M] [--repeats 5] [--copy-bytes auto]
 #   BUILD_DIR=build-bench bench/compare_mpi.sh --max-bytes 1M
 #
 # BUILD_DIR (default ./build) holds the `replicator` and `mpi_allreduce_bench` programs.
@@ -16,7 +16,7 @@ build_dir="${BUILD_DIR:-./build}"
 min_bytes=4
 max_bytes=256M
 repeats=5
-copy_bytes=256M
+copy_bytes=auto
 
 usage_lines=2,9
 # shellcheck source=bench/args.sh

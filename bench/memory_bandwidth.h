@@ -9,13 +9,31 @@
 
 namespace replicator::bench {
 
+// The largest data cache of this machine (sysfs, cpu0), or 0 where it cannot be read.
+// Never throws.
+std::size_t last_level_cache_bytes();
+
+// The array size of a copy-bandwidth measurement that sees memory, not a cache: as STREAM
+// asks, at least 4 x the last-level cache (and at least 256 MiB), at most 1/8 of the
+// physical memory. Never throws.
+std::size_t stream_array_bytes();
+
+struct CopyBandwidth {
+  double median_gbps = 0;
+  double best_gbps = 0;
+};
+
 // STREAM "copy" (a[i] = b[i] over double arrays of `bytes_per_array` bytes each) run by
-// `threads` threads, each on its contiguous share. The arrays are allocated once and every
-// page is written by its owning thread before timing; one untimed pass, then 7 timed
-// passes. Returns the median pass in GB/s (1e9 bytes per second), counting bytes read
-// plus bytes written (2 * bytes_per_array per pass), as STREAM does. Blocks for the whole
-// measurement (about 0.2 s for 256 MiB arrays); threads < 1 counts as 1.
-double copy_bandwidth_gbps(int threads, std::size_t bytes_per_array);
+// `threads` threads, each on its contiguous share. The arrays are allocated once (asking for
+// huge pages, so the first touch is short) and every page is written by its owning thread
+// before timing; one untimed pass, then 7 timed passes. Returns the median and the best pass
+// in GB/s (1e9 bytes per second), counting bytes read plus bytes written (2 *
+// bytes_per_array per pass), as STREAM does. Blocks for the whole measurement (about 0.2 s
+// for 256 MiB arrays, plus the first touch); threads < 1 counts as 1. Throws std::bad_alloc.
+CopyBandwidth copy_bandwidth(int threads, std::size_t bytes_per_array);
+inline double copy_bandwidth_gbps(int threads, std::size_t bytes_per_array) {
+  return copy_bandwidth(threads, bytes_per_array).median_gbps;
+}
 
 // `bytes` of page-aligned memory, every page written (zeroed) by the constructing thread,
 // so that later use never page-faults and the pages are local to that thread's node.

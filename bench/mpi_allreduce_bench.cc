@@ -45,7 +45,7 @@ struct UsageError : std::runtime_error {
 struct Flags {
   std::string min_bytes = "4";
   std::string max_bytes = "256M";
-  std::string copy_bytes = "256M";
+  std::string copy_bytes = "auto";
   int step_factor = 4;
   int iters = 0;
   CLI::Option* iters_option = nullptr;
@@ -276,7 +276,8 @@ int main(int argc, char** argv) {
   app.add_option("--op", f.op, "Reduce op")
       ->capture_default_str()
       ->check(CLI::IsMember({"sum", "mean", "min", "max", "prod"}));
-  app.add_option("--copy-bytes", f.copy_bytes, "Array size of the copy-bandwidth measurement")
+  app.add_option("--copy-bytes", f.copy_bytes,
+                 "Array size of the copy-bandwidth measurement (auto: 4x the last-level cache)")
       ->capture_default_str();
   app.add_flag("--out-of-place", f.out_of_place, "Separate send buffer instead of MPI_IN_PLACE");
   app.add_flag("--json", f.json, "One JSON object per line instead of the table");
@@ -293,7 +294,8 @@ int main(int argc, char** argv) {
     }
     const std::uint64_t min_bytes = parse_bytes(f.min_bytes, "--min-bytes");
     max_bytes = parse_bytes(f.max_bytes, "--max-bytes");
-    copy_bytes = parse_bytes(f.copy_bytes, "--copy-bytes");
+    copy_bytes = f.copy_bytes == "auto" ? replicator::bench::stream_array_bytes()
+                                        : parse_bytes(f.copy_bytes, "--copy-bytes");
     if (min_bytes < 1) throw UsageError("--min-bytes must be at least 1, got " + f.min_bytes);
     if (max_bytes < min_bytes) {
       throw UsageError("--max-bytes (" + f.max_bytes + ") must not be below --min-bytes (" +
