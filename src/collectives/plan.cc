@@ -21,7 +21,9 @@ AllReducePlan choose_all_reduce(const AllReduceShape& shape, const TransportTrai
       (row <= eager || row / static_cast<std::size_t>(shape.processes) > eager)) {
     return {.algorithm = AllReduceAlgorithm::kGathered};
   }
-  if (shape.native_same_bits) return {.algorithm = AllReduceAlgorithm::kNative};
+  if (shape.native_same_bits && !shape.oversubscribed) {
+    return {.algorithm = AllReduceAlgorithm::kNative};
+  }
   return {.algorithm = AllReduceAlgorithm::kPipelined,
           .step_bytes =
               std::clamp(shape.largest_part_bytes, traits.min_step_bytes, traits.max_step_bytes),

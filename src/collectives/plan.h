@@ -44,6 +44,8 @@ struct AllReduceShape {
   // canonical tree: two processes of one subtree each (the last step of the tree is then
   // a single op(a, b), which is commutative), partials of the element type.
   bool native_same_bits = false;
+  // More replica threads on this host than cores.
+  bool oversubscribed = false;
 };
 
 struct AllReducePlan {
@@ -77,7 +79,10 @@ inline constexpr std::size_t kStreamBytes = std::size_t{16} << 10;
 // own ring moves, in as many round trips, but through a staging row and our own polling,
 // where the engine copies straight from the peer's buffer inside its progress loop: so
 // where the engine's own gives the same bits, it takes the pipelined sizes, and it costs
-// at most what ours costs (its frames are ours).
+// at most what ours costs (its frames are ours). Unless the host is oversubscribed: the
+// engine's progress loop spins without yielding, and with more threads than cores a
+// spinning lane takes the core of the replica or the lane it waits for (2 processes x 2
+// replicas on 2 cores: 0.5x ours at 1 MiB), where our waits yield.
 AllReducePlan choose_all_reduce(const AllReduceShape& shape, const TransportTraits& traits);
 
 }  // namespace replicator::detail

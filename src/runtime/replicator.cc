@@ -65,6 +65,7 @@ Replicator::Replicator(Config config, std::unique_ptr<detail::Transport> transpo
   }
   const detail::HostPolicy policy = detail::host_policy(
       L, config_.host_processes, std::thread::hardware_concurrency(), config_.spin);
+  if (layout_) layout_->oversubscribed = policy.oversubscribed;
   tracer_ = std::make_unique<detail::Tracer>(config_, layout_ ? layout_->rank : 0,
                                              layout_ ? layout_->processes : 1, L);
   comm_ = std::make_unique<detail::Communicator>(L, config_.timeout, policy.collective_spin,

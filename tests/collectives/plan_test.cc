@@ -72,6 +72,14 @@ TEST(ChooseAllReduceTest, TheEnginesOwnTakesThePipelinedSizesWhereItGivesTheSame
     EXPECT_EQ(plan_for(row, 1, 2, kMpiLike, false).algorithm, AllReduceAlgorithm::kPipelined)
         << row;
   }
+  // Its progress loop spins: not where threads outnumber cores.
+  AllReduceShape crowded{.row_bytes = std::size_t{1} << 20,
+                         .max_subtrees = 1,
+                         .processes = 2,
+                         .largest_part_bytes = std::size_t{512} << 10,
+                         .native_same_bits = true,
+                         .oversubscribed = true};
+  EXPECT_EQ(choose_all_reduce(crowded, kMpiLike).algorithm, AllReduceAlgorithm::kPipelined);
 }
 
 TEST(ChooseAllReduceTest, GatheredUpTo16KiBUnlessItTurnsEagerMessagesIntoRendezvous) {

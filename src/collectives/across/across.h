@@ -47,6 +47,7 @@ struct ProcessLayout {
   Transport* transport = nullptr;
   TransportTraits traits;                      // transport->traits(), read once
   NativeCollectives* native = nullptr;         // the engine's own collectives, if any
+  bool oversubscribed = false;                 // more replica threads on the host than cores
   int rank = 0;                                // this process
   int processes = 1;                           // P
   int local = 1;                               // L

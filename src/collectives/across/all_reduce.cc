@@ -112,7 +112,8 @@ void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch&
                          .max_subtrees = layout.max_subtrees,
                          .processes = s.P,
                          .largest_part_bytes = largest_part * partial_size(s.d.dtype, s.op),
-                         .native_same_bits = native_same_bits},
+                         .native_same_bits = native_same_bits,
+                         .oversubscribed = layout.oversubscribed},
                         layout.traits);
   switch (plan.algorithm) {
     case AllReduceAlgorithm::kInFrame:
