@@ -50,22 +50,13 @@ Replicator::Replicator(Config config, std::unique_ptr<detail::Transport> transpo
   const int L = config_.local_replicas;
   if (transport_ && transport_->size() > 1) {
     check_same_local_replicas(*transport_, L, config_.timeout);
-    layout_ = std::make_unique<detail::ProcessLayout>();
-    layout_->transport = transport_.get();
-    layout_->rank = transport_->rank();
-    layout_->processes = transport_->size();
-    layout_->local = L;
-    layout_->traits = transport_->traits();
-    layout_->native = dynamic_cast<detail::NativeCollectives*>(transport_.get());
-    for (int q = 0; q < layout_->processes; ++q) {
-      layout_->subtrees.push_back(detail::canonical_subtrees(q * L, (q + 1) * L));
-      layout_->max_subtrees =
-          std::max(layout_->max_subtrees, static_cast<int>(layout_->subtrees.back().size()));
-    }
   }
   const detail::HostPolicy policy = detail::host_policy(
       L, config_.host_processes, std::thread::hardware_concurrency(), config_.spin);
-  if (layout_) layout_->oversubscribed = policy.oversubscribed;
+  if (transport_ && transport_->size() > 1) {
+    layout_ = std::make_unique<detail::ProcessLayout>(
+        detail::make_process_layout(*transport_, L, policy.oversubscribed));
+  }
   tracer_ = std::make_unique<detail::Tracer>(config_, layout_ ? layout_->rank : 0,
                                              layout_ ? layout_->processes : 1, L);
   comm_ = std::make_unique<detail::Communicator>(L, config_.timeout, policy.collective_spin,

@@ -116,7 +116,8 @@ TEST_P(LayoutTest, AllReduceBitsMatchTheLocalEngine) {
                     ctx.all_reduce(b, {.op = ReduceOp::kMean});
                     // Fused, mixed dtypes: floats again plus integers with a closed form.
                     auto f = data_of(ctx.replica_id(), n);
-                    std::vector<std::int32_t> k(n / 2 + 3, ctx.replica_id() + 1);
+                    // Negative: summed as floats, their bits would be NaNs.
+                    std::vector<std::int32_t> k(n / 2 + 3, -1000003 * (ctx.replica_id() + 1));
                     const Buffer fused[] = {Buffer::of(std::span(f)), Buffer::of(std::span(k))};
                     ctx.all_reduce(std::span<const Buffer>(fused));
                     EXPECT_EQ(std::memcmp(f.data(), v.data(), n * sizeof(float)), 0);
@@ -138,7 +139,7 @@ TEST_P(LayoutTest, AllReduceBitsMatchTheLocalEngine) {
             << "f32 sum, replica " << r << ", n " << n << ", mpi wire " << (wire == Wire::kMpi);
         EXPECT_EQ(std::memcmp(got_bf[u].data(), reference_bf[u].data(), n * 2), 0)
             << "bf16 mean, replica " << r << ", n " << n;
-        EXPECT_EQ(got_fused[u], std::vector<std::int32_t>(n / 2 + 3, R * (R + 1) / 2));
+        EXPECT_EQ(got_fused[u], std::vector<std::int32_t>(n / 2 + 3, -1000003 * R * (R + 1) / 2));
         EXPECT_EQ(std::memcmp(got_mean[u].data(), reference_mean[u].data(), n * sizeof(float)), 0)
             << "f32 mean, replica " << r << ", n " << n << ", mpi wire " << (wire == Wire::kMpi);
       }

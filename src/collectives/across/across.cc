@@ -81,6 +81,23 @@ std::size_t element_bytes(std::span<const Buffer> buffers, std::uint64_t begin, 
   return bytes;
 }
 
+ProcessLayout make_process_layout(Transport& transport, int local, bool oversubscribed) {
+  ProcessLayout layout;
+  layout.transport = &transport;
+  layout.rank = transport.rank();
+  layout.processes = transport.size();
+  layout.local = local;
+  layout.traits = transport.traits();
+  layout.native = dynamic_cast<NativeCollectives*>(&transport);
+  layout.oversubscribed = oversubscribed;
+  for (int q = 0; q < layout.processes; ++q) {
+    layout.subtrees.push_back(canonical_subtrees(q * local, (q + 1) * local));
+    layout.max_subtrees =
+        std::max(layout.max_subtrees, static_cast<int>(layout.subtrees.back().size()));
+  }
+  return layout;
+}
+
 std::vector<Subtree> canonical_subtrees(int begin, int end) {
   // The canonical tree's nodes are the aligned power-of-two blocks inside [0, total):
   // greedily take the largest aligned block that starts at `begin` and fits.

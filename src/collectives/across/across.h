@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "src/collectives/peers.h"
+#include "src/collectives/plan.h"
 #include "src/engines/native.h"
 #include "src/engines/transport.h"
 
@@ -78,6 +79,23 @@ struct LaneScratch {
 // (naming replicas), PeerLost, Aborted.
 void cross_process(const Peers& peers, const ProcessLayout& layout, LaneScratch& lane,
                    Transport::Clock::time_point deadline);
+
+// What the chooser is asked for one lane's slice of an all-reduce across processes.
+struct LaneShape {
+  DType dtype = DType::kF32;  // of the first buffer
+  ReduceOp op = ReduceOp::kSum;
+  std::size_t row_bytes = 0;           // one subtree's partials of the slice
+  std::size_t largest_part_bytes = 0;  // partials of the largest owner part (slice / P)
+  bool one_dtype = true;               // every buffer of the call has `dtype`
+};
+// The plan all_reduce_across runs for that slice in `layout` (the engine's own all-reduce
+// only where it gives the canonical tree's bits: see plan.h). Pure; never throws.
+AllReducePlan plan_all_reduce(const ProcessLayout& layout, const LaneShape& lane);
+
+// The layout of a job of `transport`'s processes with `local` replicas each (subtrees of the
+// canonical tree, the transport's traits and collectives of its own); `oversubscribed`: more
+// replica threads on this host than cores.
+ProcessLayout make_process_layout(Transport& transport, int local, bool oversubscribed);
 
 // The algorithms across processes (one file each): replica p.me's part on its lane;
 // `deadline` bounds every wait.

@@ -98,23 +98,34 @@ void SliceReduce::local_outputs(std::size_t i, std::uint64_t at) {
   }
 }
 
+AllReducePlan plan_all_reduce(const ProcessLayout& layout, const LaneShape& lane) {
+  const std::size_t partial = partial_size(lane.dtype, lane.op);
+  const bool native_same_bits =
+      lane.one_dtype && layout.processes == 2 && layout.max_subtrees == 1 &&
+      layout.native != nullptr && partial == dtype_size(lane.dtype) &&
+      layout.native->native_all_reduce_supports(
+          lane.dtype, lane.op == ReduceOp::kMean ? ReduceOp::kSum : lane.op);
+  return choose_all_reduce({.row_bytes = lane.row_bytes,
+                            .max_subtrees = layout.max_subtrees,
+                            .processes = layout.processes,
+                            .largest_part_bytes = lane.largest_part_bytes,
+                            .native_same_bits = native_same_bits,
+                            .oversubscribed = layout.oversubscribed},
+                           layout.traits);
+}
+
 void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
                        Deadline deadline) {
   SliceReduce s(p, layout, lane);
-  const std::uint64_t largest_part =
-      (s.hi - s.lo + static_cast<std::uint64_t>(s.P) - 1) / static_cast<std::uint64_t>(s.P);
-  const bool native_same_bits = s.P == 2 && layout.max_subtrees == 1 && layout.native != nullptr &&
-                                partial_size(s.d.dtype, s.op) == dtype_size(s.d.dtype) &&
-                                layout.native->native_all_reduce_supports(
-                                    s.d.dtype, s.op == ReduceOp::kMean ? ReduceOp::kSum : s.op);
-  const AllReducePlan plan =
-      choose_all_reduce({.row_bytes = s.row,
-                         .max_subtrees = layout.max_subtrees,
-                         .processes = s.P,
-                         .largest_part_bytes = largest_part * partial_size(s.d.dtype, s.op),
-                         .native_same_bits = native_same_bits,
-                         .oversubscribed = layout.oversubscribed},
-                        layout.traits);
+  const auto P = static_cast<std::uint64_t>(s.P);
+  bool one_dtype = true;
+  for (const Buffer& b : s.buffers) one_dtype = one_dtype && b.dtype == s.d.dtype;
+  const AllReducePlan plan = plan_all_reduce(
+      layout, {.dtype = s.d.dtype,
+               .op = s.op,
+               .row_bytes = s.row,
+               .largest_part_bytes = (s.hi - s.lo + P - 1) / P * partial_size(s.d.dtype, s.op),
+               .one_dtype = one_dtype});
   switch (plan.algorithm) {
     case AllReduceAlgorithm::kInFrame:
       return all_reduce_in_frame(s, deadline);

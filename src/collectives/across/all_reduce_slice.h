@@ -104,7 +104,8 @@ class SliceReduce {
   std::vector<int>& sizes_;  // leaf sizes of every process's subtrees, in id order
 };
 
-// The algorithms; all_reduce_across (all_reduce.cc) picks one with the chooser.
+// The algorithms; all_reduce_across (all_reduce.cc) picks one with plan_all_reduce
+// (across.h).
 void all_reduce_in_frame(SliceReduce& s, Deadline deadline);
 void all_reduce_native(SliceReduce& s, Deadline deadline);
 void all_reduce_gathered(SliceReduce& s, Deadline deadline);
