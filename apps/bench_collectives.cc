@@ -70,6 +70,11 @@
 #include "bench/median.h"
 #include "bench/memory_bandwidth.h"
 #include "replicator/replicator.h"
+#include "src/collectives/across/across.h"
+#include "src/collectives/frames.h"
+#include "src/collectives/plan.h"
+#include "src/engines/local/local_engine.h"
+#include "src/runtime/host_policy.h"
 #include "src/runtime/testing.h"
 
 namespace replicator::apps {
@@ -736,6 +741,7 @@ bool run_typed(Replicator& repl, const Settings& s, PerReplica<PrefaultedBuffer>
 
 struct Flags {
   std::string engine;  // empty: what Config::from_env() picks
+  bool plan = false;
   int replicas = 2;
   CLI::Option* replicas_option = nullptr;
   std::string min_bytes = "4";
@@ -779,6 +785,79 @@ bench::CopyBandwidth measure_copy_bandwidth(Replicator& repl, const Settings& s,
   if (s.rank == 0) measured = bench::copy_bandwidth(threads, copy_bytes);
   repl.run([](ReplicaContext& ctx) { ctx.barrier(); });
   return measured;
+}
+
+// --plan: what the chooser picks for an all_reduce of each size in this job, from the same
+// facts the collectives use (no measurement): in one process the local path; across
+// processes, for the largest lane's slice, the algorithm, its pipeline step, from which step
+// size results are written past the cache, and the frame payload.
+void print_all_reduce_plan(const Settings& s, const Config& config, detail::Transport* transport) {
+  const detail::HostPolicy policy = detail::host_policy(
+      s.local_replicas, config.host_processes, std::thread::hardware_concurrency(), config.spin);
+  const detail::MachineFacts facts{.oversubscribed = policy.oversubscribed};
+  std::optional<detail::ProcessLayout> layout;
+  if (transport != nullptr && transport->size() > 1) {
+    layout = detail::make_process_layout(*transport, s.local_replicas, policy.oversubscribed);
+  }
+  if (!s.prints()) return;
+  const std::size_t element = dtype_size(s.dtype);
+  if (!s.json) {
+    std::printf("# all_reduce plan: engine %s, %d processes x %d local replicas, %s %s%s\n",
+                s.engine.c_str(), s.processes, s.local_replicas,
+                std::string(to_string(s.dtype)).c_str(), std::string(to_string(s.op)).c_str(),
+                policy.oversubscribed ? ", oversubscribed (more replica threads than cores)" : "");
+    if (layout) {
+      std::printf("# frames: %zu bytes of partials ride in a frame; engine's own all-reduce: %s\n",
+                  detail::frame_payload(layout->traits), layout->native ? "yes" : "no");
+    }
+    std::printf("%12s  %-8s  %-13s  %12s  %14s\n", "bytes", "local", "across", "step_bytes",
+                "streamed_from");
+  }
+  for (const std::uint64_t bytes : s.sizes) {
+    const std::uint64_t count = bytes / element;
+    Json j;
+    j["type"] = "plan";
+    j["collective"] = "all_reduce";
+    j["bytes"] = bytes;
+    std::string local = "-";
+    if (!layout) {
+      local = detail::choose_local_path(bytes, detail::LocalEngine::kStagingBytes, facts) ==
+                      detail::Path::kStaged
+                  ? "staged"
+                  : "direct";
+      j["local_path"] = local;
+    }
+    std::string across = "-";
+    std::string step = "-";
+    std::string streamed = "-";
+    if (layout) {
+      const auto [lo, hi] = detail::slice_of(count, 0, s.local_replicas);
+      const auto P = static_cast<std::uint64_t>(layout->processes);
+      const std::size_t partial = detail::partial_size(s.dtype, s.op);
+      const detail::AllReducePlan plan =
+          detail::plan_all_reduce(*layout, {.dtype = s.dtype,
+                                            .op = s.op,
+                                            .row_bytes = (hi - lo) * partial,
+                                            .largest_part_bytes = (hi - lo + P - 1) / P * partial});
+      across = std::string(to_string(plan.algorithm));
+      j["across"] = across;
+      if (plan.algorithm == detail::AllReduceAlgorithm::kPipelined) {
+        step = std::to_string(plan.step_bytes);
+        j["step_bytes"] = plan.step_bytes;
+        if (plan.stream_bytes != std::numeric_limits<std::size_t>::max()) {
+          streamed = std::to_string(plan.stream_bytes);
+          j["stream_bytes"] = plan.stream_bytes;
+        }
+      }
+    }
+    if (s.json) {
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("%12llu  %-8s  %-13s  %12s  %14s\n", static_cast<unsigned long long>(bytes),
+                  local.c_str(), across.c_str(), step.c_str(), streamed.c_str());
+    }
+  }
+  std::fflush(stdout);
 }
 
 int run_bench_collectives(const Flags& f) {
@@ -826,6 +905,19 @@ int run_bench_collectives(const Flags& f) {
     if (names.empty() || std::find(names.begin(), names.end(), k.name) != names.end()) {
       s.kinds.push_back(k.kind);
     }
+  }
+
+  if (f.plan) {
+    std::unique_ptr<detail::Transport> made;
+    s.local_replicas = s.replicas = config.local_replicas;
+    if (s.across_processes()) {
+      made = detail::make_transport(config);
+      s.processes = made->size();
+      s.rank = made->rank();
+      s.replicas = s.processes * s.local_replicas;
+    }
+    print_all_reduce_plan(s, config, made.get());
+    return 0;
   }
 
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -1032,6 +1124,9 @@ Command add_bench_collectives(CLI::App& bench) {
   app->add_flag("--check", flags->check,
                 "Verify every element of every call of an extra untimed pass; exit 1 on error");
   app->add_flag("--json", flags->json, "One JSON object per line instead of the table");
+  app->add_flag("--plan", flags->plan,
+                "Print what the chooser picks for an all_reduce of each size in this job (the "
+                "local path, or the algorithm across processes), and measure nothing");
   app->add_flag("--no-native", flags->no_native,
                 "Across processes, do not also time the engine's own all-reduce");
   app->add_option("--timeout", flags->timeout, "Deadline of every collective, e.g. 30s");

@@ -12,6 +12,20 @@ Path choose_local_path(std::size_t path_bytes, std::size_t staging_capacity,
   return path_bytes <= std::min(threshold, staging_capacity) ? Path::kStaged : Path::kDirect;
 }
 
+std::string_view to_string(AllReduceAlgorithm algorithm) {
+  switch (algorithm) {
+    case AllReduceAlgorithm::kInFrame:
+      return "in frame";
+    case AllReduceAlgorithm::kGathered:
+      return "gathered";
+    case AllReduceAlgorithm::kPipelined:
+      return "pipelined";
+    case AllReduceAlgorithm::kNative:
+      return "engine's own";
+  }
+  return "unknown";
+}
+
 AllReducePlan choose_all_reduce(const AllReduceShape& shape, const TransportTraits& traits) {
   const std::size_t all_rows = static_cast<std::size_t>(shape.max_subtrees) * shape.row_bytes;
   if (all_rows <= frame_payload(traits)) return {.algorithm = AllReduceAlgorithm::kInFrame};

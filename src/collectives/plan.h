@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <string_view>
 
 #include "src/collectives/peers.h"
 #include "src/engines/transport.h"
@@ -34,6 +35,9 @@ enum class AllReduceAlgorithm : std::uint8_t {
   kPipelined,  // owner parts in steps: partials to the owner, results back
   kNative,     // the engine's own all-reduce (after the frames), where it gives our bits
 };
+
+// "in frame", "gathered", "pipelined", "engine's own".
+std::string_view to_string(AllReduceAlgorithm algorithm);
 
 struct AllReduceShape {
   std::size_t row_bytes = 0;           // one subtree's partials of the slice
