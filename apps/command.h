@@ -15,6 +15,8 @@ struct Command {
 
 // `replicator bench collectives` (bench_collectives.cc).
 Command add_bench_collectives(CLI::App& bench);
+// `replicator bench rl-envs` (bench_rl_envs.cc).
+Command add_bench_rl_envs(CLI::App& bench);
 // `replicator launch` (launch.cc).
 Command add_launch(CLI::App& app);
 // `replicator train classifier` (train_command.cc); built with LibTorch only. `argv` is

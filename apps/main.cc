@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   bench->require_subcommand(1);
   std::vector<Command> commands;
   commands.push_back(replicator::apps::add_bench_collectives(*bench));
+  commands.push_back(replicator::apps::add_bench_rl_envs(*bench));
   commands.push_back(replicator::apps::add_launch(app));
 #ifdef REPLICATOR_HAVE_TORCH
   CLI::App* train = app.add_subcommand("train", "Training jobs");

@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# Installs every Debian package the project needs, the toolchain included. Idempotent:
-# when everything is present it returns at once without touching apt.
+# Installs every Debian package the project needs, the toolchain included, then makes the
+# project's one Python virtual environment at <repo>/.venv (the reference environments of the
+# conformance tests, EnvPool for the benchmarks, TensorBoard, gRPC peers): Debian's python3
+# with --system-site-packages, so that scripts also see python3-torch and python3-numpy, and
+# the pinned packages of scripts/requirements.txt. Idempotent: when every Debian package is
+# present apt is not touched, and when .venv holds the stamp of the same requirements file
+# pip is not run.
 set -euo pipefail
 
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
 packages=(
-  build-essential cmake pkg-config git python3
+  build-essential cmake pkg-config git python3 python3-venv python3-pip
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
   libopenmpi-dev openmpi-bin
@@ -21,13 +28,27 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -ne 0 ]; then
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  echo "install_deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -q
+  $sudo apt-get install -y -q --no-install-recommends "${packages[@]}"
 fi
 
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-echo "install_deps: installing ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -q
-$sudo apt-get install -y -q --no-install-recommends "${packages[@]}"
+# ---- the virtual environment ------------------------------------------------------------
+# The stamp holds the hash of the requirements it was made from; a changed file reinstalls.
+venv="$ROOT/.venv"
+requirements="$ROOT/scripts/requirements.txt"
+stamp="$venv/.requirements.sha256"
+want="$(sha256sum "$requirements" | cut -d' ' -f1)"
+if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+  exit 0
+fi
+echo "install_deps: making $venv from $requirements" >&2
+if [ ! -x "$venv/bin/python" ]; then
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+fi
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
+echo "$want" >"$stamp"
