@@ -1,0 +1,27 @@
+#include "replicator/rl/parameter_store.h"
+
+#include <string>
+#include <utility>
+
+#include "replicator/errors.h"
+
+namespace replicator::rl {
+
+void ParameterStore::publish(std::shared_ptr<const PolicySnapshot> snapshot) {
+  if (!snapshot) throw InvalidArgument("ParameterStore::publish: the snapshot is null");
+  std::lock_guard lock(mu_);
+  const std::int64_t current = version_.load(std::memory_order_relaxed);
+  if (snapshot->version <= current) {
+    throw InvalidArgument("ParameterStore::publish: version " + std::to_string(snapshot->version) +
+                          " does not follow version " + std::to_string(current));
+  }
+  latest_ = std::move(snapshot);
+  version_.store(latest_->version, std::memory_order_release);
+}
+
+std::shared_ptr<const PolicySnapshot> ParameterStore::latest() const {
+  std::lock_guard lock(mu_);
+  return latest_;
+}
+
+}  // namespace replicator::rl
