@@ -1,0 +1,81 @@
+// The learner's bits across layouts: R replicas (threads of one process, or processes under
+// mpirun / `replicator launch`) update the same PolicyNet from the same synthetic batches of
+// unrolls, each replica on its share; prints "digest R=<R> <hex>" of the final parameters
+// from replica 0 (tests/rl/learner_layouts.sh compares the layouts). Every replica must end
+// with the same bits.
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <vector>
+
+#include "replicator/replicator.h"
+#include "replicator/rl/learner.h"
+#include "replicator/rl/policy.h"
+
+namespace rl = replicator::rl;
+
+namespace {
+
+std::vector<rl::Unroll> batch_of(int B, int T, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<rl::Unroll> out(static_cast<std::size_t>(B));
+  for (rl::Unroll& u : out) {
+    u.length = T;
+    u.observation_size = 4;
+    u.num_actions = 2;
+    for (int i = 0; i < (T + 1) * 4; ++i) u.observations.push_back(normal(rng));
+    for (int t = 0; t < T; ++t) {
+      u.actions.push_back(static_cast<std::int32_t>(rng() % 2));
+      u.rewards.push_back(1.f);
+      u.done.push_back(rng() % 9 == 0 ? 1 : 0);
+      u.behaviour_logits.push_back(normal(rng));
+      u.behaviour_logits.push_back(normal(rng));
+    }
+  }
+  return out;
+}
+
+std::uint64_t fnv(const std::vector<float>& v) {
+  std::uint64_t h = 1469598103934665603ULL;
+  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+  for (std::size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ULL;
+  return h;
+}
+
+}  // namespace
+
+int main() {
+  at::set_num_threads(1);
+  replicator::Replicator repl(replicator::Config::from_env());
+  const int R = repl.num_replicas();
+  std::mutex init;
+  const auto digests = repl.run([&](replicator::ReplicaContext& ctx) {
+    rl::PolicyNet model{nullptr};
+    {
+      std::lock_guard lock(init);
+      torch::manual_seed(5);
+      model = rl::PolicyNet(std::vector<int>{4}, 2, 32);
+    }
+    rl::Learner learner(ctx, model, {.learning_rate = 1e-3});
+    for (std::uint32_t k = 0; k < 4; ++k) {
+      const std::vector<rl::Unroll> batch = batch_of(8, 10, 40 + k);
+      const std::size_t share = batch.size() / static_cast<std::size_t>(R);
+      learner.update(
+          std::span(batch).subspan(static_cast<std::size_t>(ctx.replica_id()) * share, share));
+    }
+    return static_cast<std::int64_t>(fnv(rl::flatten_parameters(*learner.model())));
+  });
+  const auto lo = repl.reduce(replicator::ReduceOp::kMin, digests);
+  const auto hi = repl.reduce(replicator::ReduceOp::kMax, digests);
+  if (lo != hi) {
+    std::fprintf(stderr, "replicas ended with different parameters\n");
+    return 1;
+  }
+  if (repl.run([](replicator::ReplicaContext& ctx) { return ctx.replica_id(); })[0] == 0) {
+    std::printf("digest R=%d %016llx\n", R, static_cast<unsigned long long>(digests[0]));
+  }
+  return 0;
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The replicated learner gives the same bits on every layout of 2 replicas: 1 process x 2
+# threads, 2 mpi processes, 2 gloo processes (where those engines are built).
+# Usage: learner_layouts.sh BUILD_DIR HAVE_MPI HAVE_GLOO
+set -euo pipefail
+prog="$1/tests/rl/learner_digest"
+launcher="$1/replicator"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+threads=$(REPLICATOR_LOCAL_REPLICAS=2 "$prog")
+echo "1x2 threads: $threads"
+[[ $threads == "digest R=2 "* ]] || fail "no digest: $threads"
+if [[ "${2:-0}" == 1 ]]; then
+  mpi=$(timeout 120 mpirun --oversubscribe --bind-to none -np 2 "$prog" | grep "^digest")
+  echo "2 mpi processes: $mpi"
+  [[ $mpi == "$threads" ]] || fail "mpi $mpi != threads $threads"
+fi
+if [[ "${3:-0}" == 1 ]]; then
+  gloo=$(timeout 120 "$launcher" launch -n 2 -- "$prog" | sed 's/^\[rank [0-9]*\] //' | grep '^digest')
+  echo "2 gloo processes: $gloo"
+  [[ $gloo == "$threads" ]] || fail "gloo $gloo != threads $threads"
+fi
+echo "the learner's bits are the same on every layout"
