@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   commands.push_back(replicator::apps::add_bench_collectives(*bench));
   commands.push_back(replicator::apps::add_bench_rl_envs(*bench));
   commands.push_back(replicator::apps::add_launch(app));
+  commands.push_back(replicator::apps::add_plot(app));
 #ifdef REPLICATOR_HAVE_TORCH
   CLI::App* train = app.add_subcommand("train", "Training jobs");
   train->require_subcommand(1);

@@ -9,6 +9,7 @@
 #include "apps/engine_choice.h"
 #include "apps/memory.h"
 #include "apps/train/classifier.h"
+#include "apps/train/job.h"
 #include "replicator/errors.h"
 
 namespace replicator::apps {
@@ -75,7 +76,7 @@ int run_train(const TrainFlags& f) {
     j["images_per_s"] = r.images_per_s;
     j["test_accuracy"] = r.test_accuracy;
     j["digest"] = r.digest;
-    std::printf("%s\n", j.dump().c_str());
+    print_json_result(j);
   }
   return 0;
 }

@@ -1,15 +1,15 @@
 #include "apps/train/classifier.h"
 
-#include <unistd.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "apps/pictures/plot.h"
+#include "apps/train/job.h"
+#include "apps/train/job_checkpoint.h"
 #include "apps/train/resnet.h"
 #include "replicator/data/fashion_mnist.h"
 #include "replicator/data/sharded_loader.h"
@@ -22,7 +22,6 @@ namespace {
 
 namespace rt = replicator::torch;
 using Clock = std::chrono::steady_clock;
-using Json = nlohmann::ordered_json;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -65,13 +64,6 @@ std::string hex(std::uint64_t v) {
   return text;
 }
 
-std::string clock_text(double seconds) {
-  const auto s = static_cast<long long>(std::max(0.0, seconds));
-  char text[32];
-  std::snprintf(text, sizeof text, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
-  return text;
-}
-
 struct Evaluation {
   double accuracy = 0;
   double loss = 0;
@@ -99,102 +91,38 @@ Evaluation evaluate(ReplicaContext& ctx, ResNet& model, data::ShardedLoader& loa
   return {sums[0] / sums[1], sums[2] / sums[1]};
 }
 
-// Rewrites the JSON lines file `path` (if any) without the lines whose "step" is past `step`,
-// through a temporary file and a rename.
-void keep_metrics_up_to(const std::filesystem::path& path, std::int64_t step) {
-  std::ifstream in(path);
-  if (!in) return;
-  std::string kept;
-  bool dropped = false;
-  for (std::string line; std::getline(in, line);) {
-    const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
-        j["step"].get<std::int64_t>() > step) {
-      dropped = true;
-      continue;
-    }
-    kept += line + '\n';
-  }
-  if (!dropped) return;
-  const std::filesystem::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << kept;
-    if (!out.flush()) throw DataError("cannot write " + tmp.string(), tmp.string());
-  }
-  std::filesystem::rename(tmp, path);
+// The classifier's lines and records, through the job's reporter.
+void report_train(JobReporter& reporter, const TrainOptions& o, std::int64_t epoch,
+                  std::int64_t step, std::int64_t total_steps, double loss, double lr,
+                  double images_per_s, double elapsed) {
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "epoch %lld/%d  step %lld/%lld  loss %.4f  %.0f images/s  ETA %s",
+                static_cast<long long>(epoch) + 1, o.epochs, static_cast<long long>(step),
+                static_cast<long long>(total_steps), loss, images_per_s,
+                clock_text(reporter.eta(elapsed)).c_str());
+  reporter.progress(line);
+  reporter.metric({{"type", "train"},
+                   {"epoch", epoch},
+                   {"step", step},
+                   {"loss", loss},
+                   {"lr", lr},
+                   {"images_per_s", images_per_s},
+                   {"elapsed_s", elapsed}});
 }
 
-// What replica 0 prints and writes.
-class Reporter {
- public:
-  // `from_step`: the step the run starts at; metrics.jsonl lines of later steps (written by an
-  // earlier run after its last checkpoint) are dropped, so a resumed run repeats none.
-  Reporter(const TrainOptions& o, std::int64_t total_steps, std::int64_t from_step)
-      : options_(o), total_steps_(total_steps), terminal_(o.progress && ::isatty(2) == 1) {
-    if (!o.out.empty()) {
-      std::filesystem::create_directories(o.out);
-      keep_metrics_up_to(o.out / "metrics.jsonl", from_step);
-      metrics_.open(o.out / "metrics.jsonl", std::ios::app);
-      if (!metrics_) {
-        throw DataError("cannot write " + (o.out / "metrics.jsonl").string(),
-                        (o.out / "metrics.jsonl").string());
-      }
-    }
-  }
-
-  void train(std::int64_t epoch, std::int64_t step, std::int64_t steps_to_run, double loss,
-             double lr, double images_per_s, double elapsed) {
-    const double per_step = elapsed / static_cast<double>(std::max<std::int64_t>(1, done_));
-    const double eta = per_step * static_cast<double>(steps_to_run - done_);
-    char line[200];
-    std::snprintf(
-        line, sizeof line, "epoch %lld/%d  step %lld/%lld  loss %.4f  %.0f images/s  ETA %s",
-        static_cast<long long>(epoch) + 1, options_.epochs, static_cast<long long>(step),
-        static_cast<long long>(total_steps_), loss, images_per_s, clock_text(eta).c_str());
-    if (terminal_) {
-      std::fprintf(stderr, "\r%-90s", line);
-    } else if (done_ >= next_plain_) {
-      std::fprintf(stderr, "%s\n", line);
-      next_plain_ = done_ + std::max<std::int64_t>(1, steps_to_run / 10);
-    }
-    write({{"type", "train"},
-           {"epoch", epoch},
-           {"step", step},
-           {"loss", loss},
-           {"lr", lr},
-           {"images_per_s", images_per_s},
-           {"elapsed_s", elapsed}});
-  }
-  void count_step() { ++done_; }
-
-  void evaluation(std::int64_t epoch, std::int64_t step, const Evaluation& e) {
-    if (terminal_) std::fprintf(stderr, "\n");
-    std::fprintf(stderr, "epoch %lld: test accuracy %.4f, test loss %.4f\n",
-                 static_cast<long long>(epoch) + 1, e.accuracy, e.loss);
-    write({{"type", "eval"},
-           {"epoch", epoch},
-           {"step", step},
-           {"test_accuracy", e.accuracy},
-           {"test_loss", e.loss}});
-  }
-
-  void finish() {
-    if (terminal_) std::fprintf(stderr, "\n");
-  }
-
- private:
-  void write(const Json& j) {
-    if (metrics_.is_open()) metrics_ << j.dump() << '\n' << std::flush;
-  }
-
-  const TrainOptions& options_;
-  std::int64_t total_steps_;
-  bool terminal_;
-  std::ofstream metrics_;
-  std::int64_t done_ = 0;
-  std::int64_t next_plain_ = 0;
-};
+void report_evaluation(JobReporter& reporter, std::int64_t epoch, std::int64_t step,
+                       const Evaluation& e) {
+  char line[120];
+  std::snprintf(line, sizeof line, "epoch %lld: test accuracy %.4f, test loss %.4f",
+                static_cast<long long>(epoch) + 1, e.accuracy, e.loss);
+  reporter.note(line);
+  reporter.metric({{"type", "eval"},
+                   {"epoch", epoch},
+                   {"step", step},
+                   {"test_accuracy", e.accuracy},
+                   {"test_loss", e.loss}});
+}
 
 }  // namespace
 
@@ -261,39 +189,21 @@ TrainResult train_classifier(const TrainOptions& o) {
     const std::int64_t per_epoch = loader.batches_per_epoch();
     const std::int64_t total = per_epoch * o.epochs;
 
-    // An explicit --resume, else the newest checkpoint in --out that loads (a restarted job
-    // continues where it stopped, nothing repeated, nothing lost).
-    rt::TrainingPosition position;
+    // An explicit --resume, else the newest checkpoint in --out that loads.
     std::optional<rt::CheckpointFolder> folder;
     if (!o.out.empty()) folder.emplace(o.out, o.keep_checkpoints);
-    if (!o.resume.empty()) {
-      position = rt::load_checkpoint(o.resume, *model, *sgd);
-    } else if (folder) {
-      const auto warn = [&](const std::string& what) {
-        if (result.reporter) std::fprintf(stderr, "warning: %s\n", what.c_str());
-      };
-      if (const auto resumed = folder->resume(*model, *sgd, warn)) {
-        position = resumed->first;
-        if (result.reporter) {
-          std::fprintf(stderr, "resuming from %s (step %lld)\n", resumed->second.c_str(),
-                       static_cast<long long>(position.step));
-        }
-      }
-    }
-    // Every replica must start from the same step (every process must see the same --out).
-    std::int64_t from[2] = {position.step, -position.step};
-    ctx.all_reduce(from, {.op = ReduceOp::kMax});
-    if (from[0] != -from[1]) {
-      throw DataError("the replicas resumed from different steps (" + std::to_string(-from[1]) +
-                          " to " + std::to_string(from[0]) +
-                          "): every process must see the same --out folder",
-                      o.out.string());
-    }
+    const rt::TrainingPosition position =
+        resume_job(ctx, o.resume, folder ? &*folder : nullptr, *model, *sgd);
     const std::int64_t last = o.max_steps > 0 ? std::min(total, o.max_steps) : total;
     const std::int64_t steps_to_run = std::max<std::int64_t>(0, last - position.step);
 
-    std::optional<Reporter> reporter;
-    if (result.reporter) reporter.emplace(o, total, position.step);
+    std::optional<JobReporter> reporter;
+    if (result.reporter) {
+      reporter.emplace(JobReporterOptions{.out = o.out,
+                                          .progress = o.progress,
+                                          .resume_step = position.step,
+                                          .steps_to_run = steps_to_run});
+    }
     const auto checkpoint = [&](const rt::TrainingPosition& p) {
       if (result.reporter && folder) folder->save(*model, *sgd, p);
     };
@@ -332,8 +242,8 @@ TrainResult train_classifier(const TrainOptions& o) {
             const double timed = seconds_since(timed_from);
             const double rate =
                 timed_steps > 0 ? static_cast<double>(timed_steps * o.batch) / timed : 0;
-            reporter->train(epoch, step, steps_to_run, window[0] / window[1], lr, rate,
-                            seconds_since(started));
+            report_train(*reporter, o, epoch, step, total, window[0] / window[1], lr, rate,
+                         seconds_since(started));
           }
           window[0] = window[1] = 0;
         }
@@ -345,7 +255,7 @@ TrainResult train_classifier(const TrainOptions& o) {
       if (o.evaluate) {
         const Evaluation e = evaluate(ctx, model, test_loader);
         result.test_accuracy = e.accuracy;
-        if (reporter) reporter->evaluation(epoch, step, e);
+        if (reporter) report_evaluation(*reporter, epoch, step, e);
       }
       checkpoint({.step = step, .epoch = epoch + 1, .batch = 0});
       if (step >= last) stopped = true;
@@ -355,6 +265,12 @@ TrainResult train_classifier(const TrainOptions& o) {
     result.images_per_s = timed_steps > 0 ? static_cast<double>(timed_steps * o.batch) / timed : 0;
     result.steps = step;
     if (reporter) reporter->finish();
+    if (reporter && !o.out.empty()) {
+      // The curves of the whole run (metrics.jsonl holds the steps before a resume too).
+      const std::vector<Chart> charts = charts_from_metrics(
+          reporter->metrics_path(), "step", {{"loss"}, {"test_accuracy"}}, "", true);
+      if (!charts.empty()) write_png(o.out / "curves.png", render_charts(charts));
+    }
 
     // Replicas must end identical; a difference would be a silent divergence.
     const std::uint64_t mine = digest_of(*model);

@@ -1,0 +1,122 @@
+// What every training job (classifier, GAN, IMPALA) shares around its own loop: the
+// reporter that prints progress on stderr and appends metrics.jsonl, the ETA text, the
+// check that every replica starts from the same step, and the --json result line. No
+// LibTorch here (apps/train/job_checkpoint.h holds the checkpoint glue that needs it).
+//
+// A job's skeleton:
+//   JobCheckpoints ... resume_job(ctx, ...)            // position.step, same on every replica
+//   std::optional<JobReporter> reporter;                // on the process holding replica 0
+//   if (ctx.replica_id() == 0) reporter.emplace({.out = out, .resume_step = position.step,
+//                                                .steps_to_run = n});
+//   each step: reporter->count_step();
+//     now and then: reporter->progress("step 10/100 ... ETA " + clock_text(eta));
+//                   reporter->metric({{"type", "train"}, {"step", 10}, {"loss", 0.5}});
+//   reporter->finish();  print_json_result({...}) with --json.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace replicator {
+class ReplicaContext;
+}
+
+namespace replicator::apps {
+
+// "H:MM:SS" of a duration in seconds (negative and NaN read as 0). Never throws but
+// std::bad_alloc.
+std::string clock_text(double seconds);
+
+// Seconds left for `done` of `total` steps that took `elapsed` seconds so far, at the same
+// pace (0 when nothing is done yet or nothing is left).
+double eta_seconds(double elapsed, std::int64_t done, std::int64_t total);
+
+// Rewrites the JSON lines file `path` without the lines whose integer "step" is past `step`
+// (written by an earlier run after its last checkpoint), through a temporary file in the same
+// folder and a rename; untouched when it is missing or nothing is past `step`. Lines that are
+// not JSON objects with a "step" are kept. BLOCKS on file I/O. Throws DataError when the file
+// cannot be rewritten.
+void keep_metrics_up_to(const std::filesystem::path& path, std::int64_t step);
+
+struct JobReporterOptions {
+  // Folder for metrics.jsonl (created if missing); empty: no file is written.
+  std::filesystem::path out;
+  // A progress line rewritten in place when `err` is a terminal; false (--no-progress), or
+  // not a terminal: plain lines, one about every 10% of the steps (and every
+  // `plain_every_s` seconds when set).
+  bool progress = true;
+  std::int64_t resume_step = 0;   // the step the run starts at (0: afresh)
+  std::int64_t steps_to_run = 0;  // steps this run will take (for the plain lines' pace)
+  std::optional<double> plain_every_s;
+  std::FILE* err = stderr;       // where progress lines go
+  std::optional<bool> terminal;  // whether `err` is a terminal; empty: isatty(err)
+};
+
+// What the reporting process (the one holding replica 0) prints and writes for a job: a
+// progress line on stderr, notes, and metrics.jsonl (one JSON object per line, each flushed
+// as written, so a crashed run keeps what it logged). Not thread-safe: one replica thread
+// uses it.
+class JobReporter {
+ public:
+  // Creates `out` and drops the lines of metrics.jsonl past `resume_step` (keep_metrics_up_to),
+  // so that a resumed run repeats no step, then opens it for appending. BLOCKS on file I/O.
+  // Throws DataError when the folder or the file cannot be written.
+  explicit JobReporter(JobReporterOptions options);
+  ~JobReporter();
+  JobReporter(const JobReporter&) = delete;
+  JobReporter& operator=(const JobReporter&) = delete;
+
+  // One more step taken by this run (the pace of the plain lines and of eta()).
+  void count_step() { ++done_; }
+  std::int64_t steps_done() const { return done_; }
+  // Seconds left at the pace of this run's steps so far, `elapsed` since it started.
+  double eta(double elapsed) const { return eta_seconds(elapsed, done_, options_.steps_to_run); }
+
+  // Shows `line` as the progress line: on a terminal it replaces the previous one (\r); else
+  // it is printed as a plain line when about 10% of the steps (or plain_every_s) passed since
+  // the last one printed, and dropped otherwise. Never throws.
+  void progress(const std::string& line);
+  // Prints `line` as a line of its own (after ending a progress line on a terminal). Never
+  // throws.
+  void note(const std::string& line);
+  // Appends `record` as one line of metrics.jsonl and flushes it; nothing without `out`.
+  // BLOCKS on file I/O. Throws DataError when the line cannot be written.
+  void metric(const nlohmann::ordered_json& record);
+  // Ends the progress line on a terminal and closes metrics.jsonl. Idempotent; the destructor
+  // calls it. Never throws.
+  void finish();
+
+  // The folder of metrics.jsonl (empty: none); metrics_path() is empty without one.
+  const std::filesystem::path& out() const { return options_.out; }
+  std::filesystem::path metrics_path() const;
+  bool terminal() const { return terminal_; }
+
+ private:
+  void end_progress_line();
+
+  JobReporterOptions options_;
+  bool terminal_ = false;
+  bool line_open_ = false;  // a \r progress line is on the terminal
+  std::ofstream metrics_;
+  std::int64_t done_ = 0;
+  std::int64_t next_plain_ = 0;
+  double last_plain_s_ = -1;  // steady-clock seconds of the last plain line; -1: none
+};
+
+// Checks that every replica starts from the same step: `step` is this replica's (from its
+// checkpoint). A collective: every replica calls it, BLOCKS until all have. Throws DataError
+// naming `out` when they differ (the processes saw different checkpoint folders), and what
+// all_reduce throws.
+void check_same_start_step(ReplicaContext& ctx, std::int64_t step,
+                           const std::filesystem::path& out);
+
+// Prints `result` as one JSON object on one line of stdout (--json) and flushes. Never throws
+// but std::bad_alloc.
+void print_json_result(const nlohmann::ordered_json& result);
+
+}  // namespace replicator::apps

@@ -1,0 +1,26 @@
+// The checkpoint glue every training job shares (LibTorch): where a run starts from. The
+// checkpoints themselves are replicator::torch's (save_checkpoint, CheckpointFolder).
+#pragma once
+
+#include <filesystem>
+#include <optional>
+
+#include "replicator/replica_context.h"
+#include "replicator/torch/checkpoint.h"
+
+namespace replicator::apps {
+
+// Loads where a job starts from into `model` and `optimizer`, on every replica: the
+// checkpoint `resume` when given, else the newest checkpoint of `folder` that loads (a torn
+// one is skipped with a warning on stderr), else nothing (afresh, step 0). Replica 0 prints
+// "resuming from FILE (step N)" and the warnings. Then checks that every replica starts
+// from the same step (check_same_start_step). A collective: every replica calls it; BLOCKS
+// on file I/O and until all have called. Throws DataError (a checkpoint that does not load,
+// a folder where none loads, replicas at different steps) and what all_reduce throws.
+replicator::torch::TrainingPosition resume_job(ReplicaContext& ctx,
+                                               const std::filesystem::path& resume,
+                                               replicator::torch::CheckpointFolder* folder,
+                                               ::torch::nn::Module& model,
+                                               ::torch::optim::Optimizer& optimizer);
+
+}  // namespace replicator::apps
