@@ -24,6 +24,8 @@ Command add_plot(CLI::App& app);
 // `replicator train classifier` (train_command.cc); built with LibTorch only. `argv` is
 // main's (the memory setting may re-execute the process).
 Command add_train_classifier(CLI::App& train, char** argv);
+// `replicator train impala` (train_impala_command.cc); built with LibTorch only.
+Command add_train_impala(CLI::App& train);
 // `replicator bench train` (bench_train.cc); built with LibTorch only.
 Command add_bench_train(CLI::App& bench);
 

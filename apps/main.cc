@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   CLI::App* train = app.add_subcommand("train", "Training jobs");
   train->require_subcommand(1);
   commands.push_back(replicator::apps::add_train_classifier(*train, argv));
+  commands.push_back(replicator::apps::add_train_impala(*train));
   commands.push_back(replicator::apps::add_bench_train(*bench));
 #endif
 

@@ -1,0 +1,391 @@
+#include "apps/train/impala.h"
+
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "apps/pictures/plot.h"
+#include "apps/pictures/png.h"
+#include "apps/train/job.h"
+#include "apps/train/job_checkpoint.h"
+#include "replicator/errors.h"
+#include "replicator/replicator.h"
+#include "replicator/rl/actor.h"
+#include "replicator/rl/learner.h"
+#include "replicator/rl/parameter_store.h"
+#include "replicator/rl/policy.h"
+#include "replicator/rl/trajectory_queue.h"
+#include "replicator/torch/checkpoint.h"
+#include "replicator/torch/tensor_collectives.h"
+
+namespace replicator::apps {
+namespace {
+
+namespace rt = replicator::torch;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The environment's own "solved" threshold, where it has one.
+double default_target(const std::string& env) {
+  return env == "cartpole" ? 475.0 : std::numeric_limits<double>::quiet_NaN();
+}
+
+// The mean return of a uniform random policy over `episodes` episodes (16 environments at
+// once): the floor a learning curve is read against.
+double random_policy_return(const std::string& env, int episodes, std::uint64_t seed) {
+  const std::unique_ptr<rl::BatchedEnv> batch = rl::make_env(env, 16, seed ^ 0x5eedULL);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::int32_t> action(0, batch->num_actions() - 1);
+  std::vector<std::int32_t> actions(16);
+  double sum = 0;
+  int finished = 0;
+  while (finished < episodes) {
+    for (std::int32_t& a : actions) a = action(rng);
+    const rl::StepResult r = batch->step(actions);
+    for (std::size_t i = 0; i < actions.size(); ++i) {
+      if (r.terminated[i] != 0 || r.truncated[i] != 0) {
+        sum += r.episode_return[i];
+        ++finished;
+      }
+    }
+  }
+  return sum / finished;
+}
+
+std::uint64_t digest_of(const std::vector<float>& flat) {
+  std::uint64_t h = 1469598103934665603ULL;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(flat.data());
+  for (std::size_t i = 0; i < flat.size() * sizeof(float); ++i)
+    h = (h ^ bytes[i]) * 1099511628211ULL;
+  return h;
+}
+
+std::string hex(std::uint64_t v) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
+  return text;
+}
+
+std::string human_count(double n) {
+  char text[32];
+  if (n >= 1e6) {
+    std::snprintf(text, sizeof text, "%.2fM", n / 1e6);
+  } else if (n >= 1e3) {
+    std::snprintf(text, sizeof text, "%.1fk", n / 1e3);
+  } else {
+    std::snprintf(text, sizeof text, "%.0f", n);
+  }
+  return text;
+}
+
+// The actor threads of this process: started at once (they wait for the first published
+// parameters), stopped and joined by stop(); the first error of any is kept and closes the
+// queue, which releases the learner.
+class ActorThreads {
+ public:
+  ActorThreads(int first_id, int count, const rl::ActorOptions& options,
+               const rl::ParameterStore& store, rl::TrajectoryQueue<rl::Unroll>& queue,
+               rl::EpisodeLog& log, rl::ActorCounters& counters)
+      : queue_(queue) {
+    for (int a = 0; a < count; ++a) {
+      actors_.push_back(
+          std::make_unique<rl::Actor>(first_id + a, options, store, queue, log, counters));
+    }
+    for (auto& actor : actors_) {
+      threads_.emplace_back([this, a = actor.get()] {
+        try {
+          a->run(stop_);
+        } catch (...) {
+          {
+            std::lock_guard lock(mu_);
+            if (!error_) error_ = std::current_exception();
+          }
+          queue_.close();
+        }
+      });
+    }
+  }
+  ~ActorThreads() { stop(); }
+
+  void stop() {
+    stop_ = true;
+    queue_.close();
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+  std::exception_ptr error() {
+    std::lock_guard lock(mu_);
+    return error_;
+  }
+
+ private:
+  rl::TrajectoryQueue<rl::Unroll>& queue_;
+  std::vector<std::unique_ptr<rl::Actor>> actors_;
+  std::vector<std::thread> threads_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::exception_ptr error_;
+};
+
+}  // namespace
+
+ImpalaResult train_impala(const ImpalaOptions& o) {
+  if (o.actors < 1 || o.envs_per_actor < 1 || o.unroll < 1 || o.batch < 1 || o.frames < 1 ||
+      o.threads < 1 || o.report_every < 1) {
+    throw InvalidArgument(
+        "actors, envs-per-actor, unroll, batch, frames, threads and report-every must be at "
+        "least 1");
+  }
+  at::set_num_threads(o.threads);
+  // Checks the environment's name before anything starts.
+  const std::unique_ptr<rl::BatchedEnv> probe = rl::make_env(o.env, 1, o.seed);
+  const std::vector<int> shape = probe->observation_shape();
+  const int num_actions = probe->num_actions();
+
+  Replicator replicator(o.config);
+  const int R = replicator.num_replicas();
+  const int L = replicator.num_local_replicas();
+  const int P = R / L;
+  if (o.batch % R != 0) {
+    throw InvalidArgument("the batch of " + std::to_string(o.batch) +
+                          " unrolls must be a multiple of the number of replicas (" +
+                          std::to_string(R) + ")");
+  }
+  const int rank = replicator.run([](ReplicaContext& ctx) { return ctx.replica_id(); })[0] / L;
+  const int per_replica = o.batch / R;
+  const std::int64_t frames_per_step = static_cast<std::int64_t>(o.batch) * o.unroll;
+  const std::int64_t total_steps = (o.frames + frames_per_step - 1) / frames_per_step;
+  const double target = std::isnan(o.target_return) ? default_target(o.env) : o.target_return;
+  const double random_return = random_policy_return(o.env, 100, o.seed);
+
+  // This process's actors and queue.
+  rl::ParameterStore store;
+  rl::TrajectoryQueue<rl::Unroll> queue(
+      {.max_size = o.queue_size > 0 ? o.queue_size : std::int64_t{4} * per_replica * L,
+       .timeout = o.config.timeout});
+  rl::EpisodeLog log;
+  rl::ActorCounters counters;
+  const rl::ActorOptions actor_options{.env = o.env,
+                                       .envs = o.envs_per_actor,
+                                       .unroll = o.unroll,
+                                       .hidden = o.hidden,
+                                       .seed = o.seed,
+                                       .insert_timeout = std::nullopt};
+  const rl::LearnerOptions learner_options{
+      .learning_rate = o.learning_rate,
+      .max_grad_norm = o.max_grad_norm,
+      .discount = o.discount,
+      .reward_clip = o.reward_clip,
+      .loss = {.baseline_cost = o.baseline_cost, .entropy_cost = o.entropy_cost}};
+  ActorThreads actors(rank * o.actors, o.actors, actor_options, store, queue, log, counters);
+  std::mutex init_mutex;
+
+  const auto learner_replica = [&](ReplicaContext& ctx) {
+    ImpalaResult result;
+    result.reporter = ctx.replica_id() == 0;
+    result.replicas = R;
+    result.local_replicas = L;
+    result.processes = P;
+    result.actors = o.actors * P;
+    result.random_return = random_return;
+    result.target_return = target;
+
+    rl::PolicyNet model{nullptr};
+    {
+      const std::lock_guard<std::mutex> lock(init_mutex);
+      ::torch::manual_seed(o.seed);
+      model = rl::PolicyNet(shape, num_actions, o.hidden);
+    }
+    rt::broadcast_parameters(ctx, *model);
+    rl::Learner learner(ctx, model, learner_options);
+    std::optional<rt::CheckpointFolder> folder;
+    if (!o.out.empty()) folder.emplace(o.out, o.keep_checkpoints);
+    const rt::TrainingPosition position =
+        resume_job(ctx, o.resume, folder ? &*folder : nullptr, *model, learner.optimizer());
+    std::int64_t step = position.step;
+    const bool publisher = ctx.local_replica_id() == 0;
+    const auto publish = [&] {
+      store.publish(std::make_shared<rl::PolicySnapshot>(
+          rl::PolicySnapshot{.version = step + 1, .parameters = rl::flatten_parameters(*model)}));
+    };
+    if (publisher) publish();
+    const auto checkpoint = [&] {
+      if (result.reporter && folder) folder->save(*model, learner.optimizer(), {.step = step});
+    };
+
+    std::optional<JobReporter> reporter;
+    if (result.reporter) {
+      reporter.emplace(
+          JobReporterOptions{.out = o.out,
+                             .progress = o.progress,
+                             .resume_step = step,
+                             .steps_to_run = std::max<std::int64_t>(0, total_steps - step)});
+      reporter->note("impala on " + o.env + ": " + std::to_string(result.actors) + " actors x " +
+                     std::to_string(o.envs_per_actor) + " environments, learner " +
+                     std::to_string(R) + " replicas (" + std::to_string(P) + " processes x " +
+                     std::to_string(L) + "), batch " + std::to_string(o.batch) + " x " +
+                     std::to_string(o.unroll) + " steps; a uniform random policy returns " +
+                     std::to_string(random_return));
+    }
+    const Clock::time_point started = Clock::now();
+    const std::int64_t first_step = step;
+    double window[3] = {0, 0, 0};  // loss sum, policy lag sum, updates
+    bool stopped = false;
+    while (step < total_steps && !stopped) {
+      std::vector<rl::Unroll> share = queue.sample_batch(per_replica, o.config.timeout);
+      const rl::LearnerStats stats = learner.update(share);
+      for (const rl::Unroll& u : share) {
+        window[1] += static_cast<double>(step + 1 - u.policy_version);
+      }
+      window[0] += stats.loss;
+      window[2] += static_cast<double>(share.size());
+      ++step;
+      if (publisher) publish();
+      if (reporter) reporter->count_step();
+      if (step % o.report_every == 0 || step == total_steps) {
+        // Every replica takes part, so that the decisions below are the same everywhere; a
+        // process's actors are counted once, by its local replica 0.
+        std::size_t recent = 0;
+        const double mean = publisher ? log.mean_return(100, &recent) : 0;
+        double totals[7] = {window[0],
+                            window[1],
+                            window[2],
+                            publisher ? static_cast<double>(counters.frames.load()) : 0,
+                            publisher ? static_cast<double>(log.size()) : 0,
+                            recent > 0 ? mean : 0,
+                            recent > 0 ? 1.0 : 0.0};
+        ctx.all_reduce(std::span<double>(totals));
+        window[0] = window[1] = window[2] = 0;
+        const double mean_return =
+            totals[6] > 0 ? totals[5] / totals[6] : std::numeric_limits<double>::quiet_NaN();
+        const double elapsed = seconds_since(started);
+        const std::int64_t frames = step * frames_per_step;
+        const double steps_per_s = static_cast<double>(step - first_step) / elapsed;
+        result.mean_return = mean_return;
+        result.played = static_cast<std::int64_t>(totals[3]);
+        result.episodes = static_cast<std::int64_t>(totals[4]);
+        const bool reached = !std::isnan(target) && mean_return >= target;
+        if (reached && result.solved_frames < 0) {
+          result.solved_frames = frames;
+          result.solved_seconds = elapsed;
+        }
+        if (reporter) {
+          const rl::QueueStats q = queue.stats();
+          const double lag = totals[2] > 0 ? totals[1] / totals[2] : 0;
+          char line[256];
+          std::snprintf(line, sizeof line,
+                        "step %lld/%lld  frames %s/%s  %.0f frames/s  %.1f steps/s  return "
+                        "%.1f  lag %.1f  queue %lld/%lld  ETA %s",
+                        static_cast<long long>(step), static_cast<long long>(total_steps),
+                        human_count(static_cast<double>(frames)).c_str(),
+                        human_count(static_cast<double>(total_steps * frames_per_step)).c_str(),
+                        steps_per_s * static_cast<double>(frames_per_step), steps_per_s,
+                        mean_return, lag, static_cast<long long>(q.size),
+                        static_cast<long long>(q.max_size),
+                        clock_text(reporter->eta(elapsed)).c_str());
+          reporter->progress(line);
+          nlohmann::ordered_json m = {
+              {"type", "train"},
+              {"step", step},
+              {"frames", frames},
+              {"seconds", elapsed},
+              {"frames_played", result.played},
+              {"episodes", result.episodes},
+              {"frames_per_s", steps_per_s * frames_per_step},
+              {"steps_per_s", steps_per_s},
+              {"loss", totals[2] > 0 ? totals[0] / totals[2] : 0},
+              {"policy_lag", lag},
+              {"queue_fill", static_cast<double>(q.size) / static_cast<double>(q.max_size)},
+              {"random_return", random_return}};
+          if (!std::isnan(mean_return)) m["mean_return"] = mean_return;
+          if (!std::isnan(target)) m["target_return"] = target;
+          reporter->metric(m);
+        }
+        stopped = reached && o.stop_at_target;
+      }
+      if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) checkpoint();
+    }
+    checkpoint();
+    result.steps = step;
+    result.frames = step * frames_per_step;
+    result.seconds = seconds_since(started);
+    result.steps_per_s = static_cast<double>(step - first_step) / result.seconds;
+    result.frames_per_s = result.steps_per_s * static_cast<double>(frames_per_step);
+    if (reporter) reporter->finish();
+
+    // Replicas must end identical; a difference would be a silent divergence.
+    const std::uint64_t mine = digest_of(rl::flatten_parameters(*model));
+    std::vector<std::int64_t> all(static_cast<std::size_t>(R));
+    ctx.all_gather(std::span(reinterpret_cast<const std::int64_t*>(&mine), 1), std::span(all));
+    for (int r = 0; r < R; ++r) {
+      if (static_cast<std::uint64_t>(all[static_cast<std::size_t>(r)]) != mine) {
+        throw Error("replica " + std::to_string(r) +
+                    " ended with parameters different from replica " +
+                    std::to_string(ctx.replica_id()) + "'s");
+      }
+    }
+    result.digest = hex(mine);
+    return result;
+  };
+
+  const auto run_learners = [&] {
+    auto results = replicator.run([&](ReplicaContext& ctx) {
+      try {
+        return learner_replica(ctx);
+      } catch (const c10::Error& e) {
+        throw Error(std::string("LibTorch: ") + e.what_without_backtrace());
+      }
+    });
+    for (int local = 0; local < L; ++local) {
+      if (results[local].reporter) return results[local];
+    }
+    return results[0];
+  };
+  ImpalaResult result;
+  try {
+    result = run_learners();
+  } catch (...) {
+    actors.stop();
+    if (std::exception_ptr error = actors.error()) std::rethrow_exception(error);
+    throw;
+  }
+  actors.stop();
+  if (std::exception_ptr error = actors.error()) std::rethrow_exception(error);
+
+  if (result.reporter && !o.out.empty()) {
+    // The learning curve, against frames and against wall seconds.
+    const std::filesystem::path metrics = o.out / "metrics.jsonl";
+    std::vector<Chart> charts =
+        charts_from_metrics(metrics, "frames", {{"mean_return", "random_return"}}, "train");
+    std::vector<Chart> by_time =
+        charts_from_metrics(metrics, "seconds", {{"mean_return", "random_return"}}, "train");
+    charts.insert(charts.end(), by_time.begin(), by_time.end());
+    if (charts.size() == 2) {
+      charts[0].title = o.env + ": mean return of the last 100 episodes";
+      charts[0].x_label = "frames";
+      charts[1].title = o.env + ": mean return against wall time";
+      charts[1].x_label = "seconds";
+      for (Chart& c : charts) c.y_label = "return";
+      write_png(o.out / "learning_curve.png", render_charts(charts));
+    }
+  }
+  return result;
+}
+
+}  // namespace replicator::apps

@@ -1,0 +1,74 @@
+// The IMPALA job: actors (threads) play batched environments with the newest published
+// policy and feed a rate-limited trajectory queue; a learner replicated over every replica of
+// the job (threads, or processes over mpi or gloo, each process with its own actors and
+// queue, as the IMPALA paper's synchronous learners) learns from batches of unrolls with
+// V-trace and publishes each new version. Free of LibTorch types, so the command line can
+// include it cheaply.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <string>
+
+#include "replicator/config.h"
+
+namespace replicator::apps {
+
+struct ImpalaOptions {
+  Config config;  // engine and local (learner) replicas of the job
+  std::string env = "cartpole";
+  int actors = 2;                   // actor threads per process
+  int envs_per_actor = 16;          // M, environments each actor steps together
+  int unroll = 20;                  // T
+  int batch = 32;                   // unrolls per learner step, over all replicas
+  std::int64_t frames = 2'000'000;  // frames learned from (learner steps x batch x unroll)
+  int hidden = 64;                  // the policy network's width
+  double learning_rate = 6e-4;
+  double entropy_cost = 0.01;
+  double baseline_cost = 0.5;
+  double discount = 0.99;
+  double max_grad_norm = 40;
+  double reward_clip = 0;  // > 0: rewards clipped to [-clip, clip] in the loss
+  // Stop early once the mean return of the newest 100 episodes reaches this (NaN: the
+  // environment's own threshold where it has one, CartPole's 475, else never).
+  double target_return = std::numeric_limits<double>::quiet_NaN();
+  bool stop_at_target = false;
+  std::int64_t queue_size = 0;  // unrolls per process's queue (0: 4 batches' worth)
+  std::uint64_t seed = 0;
+  std::filesystem::path out;     // metrics.jsonl, checkpoints, learning_curve.png
+  std::filesystem::path resume;  // a checkpoint to continue from (default: newest in out)
+  int keep_checkpoints = 3;
+  std::int64_t checkpoint_every = 0;  // learner steps between checkpoints (and at the end)
+  int report_every = 10;              // learner steps between progress lines / metrics
+  int threads = 1;                    // LibTorch intra-op threads per process
+  bool progress = true;
+};
+
+struct ImpalaResult {
+  bool reporter = false;  // this process holds replica 0
+  int replicas = 0;
+  int local_replicas = 0;
+  int processes = 0;
+  int actors = 0;             // over all processes
+  std::int64_t steps = 0;     // learner steps in total (including those before a resume)
+  std::int64_t frames = 0;    // frames learned from in total
+  std::int64_t played = 0;    // frames the actors of this run played (all processes)
+  std::int64_t episodes = 0;  // episodes finished in this run (all processes)
+  double seconds = 0;         // wall time of this run's learning loop
+  double frames_per_s = 0;    // frames learned from per second in this run
+  double steps_per_s = 0;
+  double mean_return = 0;           // of the newest 100 episodes (mean over processes)
+  double random_return = 0;         // a uniform random policy's mean return, measured at start
+  double target_return = 0;         // NaN when none
+  std::int64_t solved_frames = -1;  // frames when the mean return first reached the target
+  double solved_seconds = -1;
+  std::string digest;  // hash of the final parameters (equal on every replica; checked)
+};
+
+// Runs the job. BLOCKS until done. Throws InvalidArgument (bad options: an unknown
+// environment, a batch not divisible by the replica count), DataError (checkpoint files),
+// Timeout (no unroll came within the collective timeout) and what collectives throw.
+ImpalaResult train_impala(const ImpalaOptions& options);
+
+}  // namespace replicator::apps

@@ -1,0 +1,167 @@
+// `replicator train impala`: the IMPALA job (apps/train/impala.h) from the command line.
+// Prints the result on stderr (and, with --json, one JSON object on stdout).
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "apps/command.h"
+#include "apps/engine_choice.h"
+#include "apps/train/impala.h"
+#include "apps/train/job.h"
+#include "replicator/errors.h"
+
+namespace replicator::apps {
+namespace {
+
+struct ImpalaFlags {
+  ImpalaOptions options;
+  std::string engine;
+  int replicas = 1;
+  CLI::Option* replicas_option = nullptr;
+  std::string timeout;
+  std::string out;
+  std::string resume;
+  bool json = false;
+};
+
+int run_impala(const ImpalaFlags& f) {
+  ImpalaOptions o = f.options;
+  o.config = config_for_engine(f.engine, "train impala");
+  if (f.replicas_option->count() > 0 || o.config.engine == Engine::kLocal) {
+    o.config.set("local-replicas", std::to_string(f.replicas));
+  }
+  if (!f.timeout.empty()) o.config.set("timeout", f.timeout);
+  o.out = f.out;
+  o.resume = f.resume;
+
+  const ImpalaResult r = train_impala(o);
+  if (!r.reporter) return 0;
+  std::fprintf(stderr,
+               "learned from %lld frames in %lld steps on %d replicas (%d processes x %d), %d "
+               "actors, in %.1f s: %.0f frames/s, %.2f steps/s; mean return %.1f (random policy "
+               "%.1f)",
+               static_cast<long long>(r.frames), static_cast<long long>(r.steps), r.replicas,
+               r.processes, r.local_replicas, r.actors, r.seconds, r.frames_per_s, r.steps_per_s,
+               r.mean_return, r.random_return);
+  if (r.solved_frames >= 0) {
+    std::fprintf(stderr, "; reached %.0f after %lld frames, %.1f s", r.target_return,
+                 static_cast<long long>(r.solved_frames), r.solved_seconds);
+  }
+  std::fprintf(stderr, "; parameters digest %s\n", r.digest.c_str());
+  if (f.json) {
+    const auto number = [](double v) {
+      return std::isnan(v) ? nlohmann::ordered_json() : nlohmann::ordered_json(v);
+    };
+    print_json_result({{"type", "impala"},
+                       {"env", o.env},
+                       {"engine", std::string(to_string(o.config.engine))},
+                       {"replicas", r.replicas},
+                       {"local_replicas", r.local_replicas},
+                       {"processes", r.processes},
+                       {"actors", r.actors},
+                       {"envs_per_actor", o.envs_per_actor},
+                       {"unroll", o.unroll},
+                       {"batch", o.batch},
+                       {"steps", r.steps},
+                       {"frames", r.frames},
+                       {"frames_played", r.played},
+                       {"episodes", r.episodes},
+                       {"seconds", r.seconds},
+                       {"frames_per_s", r.frames_per_s},
+                       {"steps_per_s", r.steps_per_s},
+                       {"mean_return", number(r.mean_return)},
+                       {"random_return", r.random_return},
+                       {"target_return", number(r.target_return)},
+                       {"solved_frames", r.solved_frames},
+                       {"solved_seconds", r.solved_seconds},
+                       {"digest", r.digest}});
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_train_impala(CLI::App& train) {
+  auto flags = std::make_shared<ImpalaFlags>();
+  ImpalaOptions& o = flags->options;
+  CLI::App* app = train.add_subcommand(
+      "impala",
+      "Actor-learner reinforcement learning (IMPALA, V-trace) on CartPole or a MinAtar game");
+  app->add_option("--env", o.env,
+                  "cartpole, breakout, space_invaders, freeway, asterix or seaquest")
+      ->capture_default_str();
+  app->add_option("--actors", o.actors, "Actor threads per process")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app->add_option("--envs-per-actor", o.envs_per_actor, "Environments each actor steps together")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
+  flags->replicas_option =
+      app->add_option("--replicas", flags->replicas,
+                      "Learner replicas (threads) in this process; default 1 on the local "
+                      "engine, REPLICATOR_LOCAL_REPLICAS or 1 across processes")
+          ->check(CLI::Range(1, 1024));
+  app->add_option("--engine", flags->engine,
+                  "local, mpi or gloo; must match how the processes were started")
+      ->check(CLI::IsMember({"local", "mpi", "gloo"}));
+  app->add_option("--frames", o.frames,
+                  "Frames to learn from (learner steps x batch x unroll), over all processes")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 50));
+  app->add_option("--unroll", o.unroll, "Steps per unroll")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  app->add_option("--batch", o.batch, "Unrolls per learner step, over all replicas")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  app->add_option("--hidden", o.hidden, "Width of the policy network")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
+  app->add_option("--lr", o.learning_rate, "RMSProp learning rate")->capture_default_str();
+  app->add_option("--entropy-cost", o.entropy_cost, "Weight of the entropy bonus")
+      ->capture_default_str();
+  app->add_option("--baseline-cost", o.baseline_cost, "Weight of the value loss")
+      ->capture_default_str();
+  app->add_option("--discount", o.discount, "Discount factor")->capture_default_str();
+  app->add_option("--max-grad-norm", o.max_grad_norm, "Global gradient-norm clip (0: none)")
+      ->capture_default_str();
+  app->add_option("--reward-clip", o.reward_clip, "Clip rewards to [-c, c] (0: none)")
+      ->capture_default_str();
+  app->add_option("--target-return", o.target_return,
+                  "The mean return (newest 100 episodes) that counts as solved (default: "
+                  "475 on cartpole)");
+  app->add_flag("--stop-at-target", o.stop_at_target, "Stop once the target return is reached");
+  app->add_option("--queue-size", o.queue_size,
+                  "Unrolls each process's queue holds (default: 4 batches)")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--seed", o.seed, "Seed of the network, the actors and the environments");
+  app->add_option("--out", flags->out,
+                  "Folder for metrics.jsonl, checkpoint-<step>.pt and learning_curve.png; a "
+                  "run resumes from the newest checkpoint there that loads");
+  app->add_option("--resume", flags->resume,
+                  "Continue from this checkpoint instead of the newest in --out");
+  app->add_option("--keep-checkpoints", o.keep_checkpoints, "Checkpoints kept in --out")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  app->add_option("--checkpoint-every", o.checkpoint_every,
+                  "Learner steps between checkpoints (one is always written at the end)")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--report-every", o.report_every,
+                  "Learner steps between progress lines and metrics.jsonl records")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  app->add_option("--threads", o.threads, "LibTorch intra-op threads per process")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app->add_flag(
+      "--no-progress", [&o](std::int64_t) { o.progress = false; },
+      "No progress line on the terminal");
+  app->add_option("--timeout", flags->timeout,
+                  "Deadline of every collective and of waiting for unrolls, e.g. 30s");
+  app->add_flag("--json", flags->json, "Print the result as one JSON object on stdout");
+  return {app, [flags] { return run_impala(*flags); }};
+}
+
+}  // namespace replicator::apps
