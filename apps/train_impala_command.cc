@@ -119,7 +119,11 @@ Command add_train_impala(CLI::App& train) {
   app->add_option("--hidden", o.hidden, "Width of the policy network")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));
-  app->add_option("--lr", o.learning_rate, "RMSProp learning rate")->capture_default_str();
+  app->add_option("--lr", o.learning_rate, "RMSProp learning rate (at the start)")
+      ->capture_default_str();
+  app->add_flag(
+      "--no-anneal", [&o](std::int64_t) { o.anneal = false; },
+      "Keep the learning rate constant (default: it falls linearly to 0 over --frames)");
   app->add_option("--entropy-cost", o.entropy_cost, "Weight of the entropy bonus")
       ->capture_default_str();
   app->add_option("--baseline-cost", o.baseline_cost, "Weight of the value loss")
@@ -134,7 +138,8 @@ Command add_train_impala(CLI::App& train) {
                   "475 on cartpole)");
   app->add_flag("--stop-at-target", o.stop_at_target, "Stop once the target return is reached");
   app->add_option("--queue-size", o.queue_size,
-                  "Unrolls each process's queue holds (default: 4 batches)")
+                  "Unrolls each process's queue holds (default: one batch; more lets the actors run "
+                  "further ahead of the learner, with staler unrolls)")
       ->check(CLI::NonNegativeNumber);
   app->add_option("--seed", o.seed, "Seed of the network, the actors and the environments");
   app->add_option("--out", flags->out,

@@ -177,7 +177,7 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
   // This process's actors and queue.
   rl::ParameterStore store;
   rl::TrajectoryQueue<rl::Unroll> queue(
-      {.max_size = o.queue_size > 0 ? o.queue_size : std::int64_t{4} * per_replica * L,
+      {.max_size = o.queue_size > 0 ? o.queue_size : std::int64_t{per_replica} * L,
        .timeout = o.config.timeout});
   rl::EpisodeLog log;
   rl::ActorCounters counters;
@@ -249,6 +249,10 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
     bool stopped = false;
     while (step < total_steps && !stopped) {
       std::vector<rl::Unroll> share = queue.sample_batch(per_replica, o.config.timeout);
+      if (o.anneal) {
+        learner.set_learning_rate(o.learning_rate * static_cast<double>(total_steps - step) /
+                                  static_cast<double>(total_steps));
+      }
       const rl::LearnerStats stats = learner.update(share);
       for (const rl::Unroll& u : share) {
         window[1] += static_cast<double>(step + 1 - u.policy_version);

@@ -24,17 +24,18 @@ struct ImpalaOptions {
   int batch = 32;                   // unrolls per learner step, over all replicas
   std::int64_t frames = 2'000'000;  // frames learned from (learner steps x batch x unroll)
   int hidden = 64;                  // the policy network's width
-  double learning_rate = 6e-4;
+  double learning_rate = 2e-3;
+  bool anneal = true;  // the learning rate falls linearly to 0 over the run
   double entropy_cost = 0.01;
-  double baseline_cost = 0.5;
+  double baseline_cost = 0.25;
   double discount = 0.99;
-  double max_grad_norm = 40;
+  double max_grad_norm = 0;  // global gradient-norm clip; 0: none
   double reward_clip = 0;  // > 0: rewards clipped to [-clip, clip] in the loss
   // Stop early once the mean return of the newest 100 episodes reaches this (NaN: the
   // environment's own threshold where it has one, CartPole's 475, else never).
   double target_return = std::numeric_limits<double>::quiet_NaN();
   bool stop_at_target = false;
-  std::int64_t queue_size = 0;  // unrolls per process's queue (0: 4 batches' worth)
+  std::int64_t queue_size = 0;  // unrolls per process's queue (0: one batch's worth)
   std::uint64_t seed = 0;
   std::filesystem::path out;     // metrics.jsonl, checkpoints, learning_curve.png
   std::filesystem::path resume;  // a checkpoint to continue from (default: newest in out)

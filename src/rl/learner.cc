@@ -69,6 +69,16 @@ Learner::Learner(ReplicaContext& ctx, PolicyNet model, const LearnerOptions& opt
                                     .momentum(options.rmsprop_momentum))),
       replicated_(ctx, optimizer_, {.overlap = false, .op = ReduceOp::kSum}) {}
 
+void Learner::set_learning_rate(double learning_rate) {
+  if (!(learning_rate >= 0)) {
+    throw InvalidArgument("Learner: the learning rate must be >= 0, got " +
+                          std::to_string(learning_rate));
+  }
+  for (auto& group : optimizer_->param_groups()) {
+    static_cast<::torch::optim::RMSpropOptions&>(group.options()).lr(learning_rate);
+  }
+}
+
 LearnerStats Learner::update(std::span<const Unroll> share) {
   const UnrollBatch batch = stack_unrolls(share, options_);
   const std::int64_t T = batch.actions.size(0);

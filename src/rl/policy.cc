@@ -26,7 +26,10 @@ class ToImageImpl : public nn::Module {
  private:
   int h_, w_, c_;
 };
-TORCH_MODULE(ToImage);
+class ToImage : public nn::ModuleHolder<ToImageImpl> {
+ public:
+  using nn::ModuleHolder<ToImageImpl>::ModuleHolder;
+};
 
 }  // namespace
 

@@ -69,6 +69,10 @@ class Learner {
   // throw, and InvalidArgument as stack_unrolls.
   LearnerStats update(std::span<const Unroll> share);
 
+  // The learning rate of the next updates (IMPALA anneals it linearly to 0). Never blocks;
+  // throws InvalidArgument for a negative rate.
+  void set_learning_rate(double learning_rate);
+
   PolicyNet& model() { return model_; }
   ::torch::optim::RMSprop& optimizer() { return *optimizer_; }
   std::int64_t updates() const { return updates_; }

@@ -46,7 +46,13 @@ class PolicyNetImpl : public ::torch::nn::Module {
   ::torch::nn::Linear policy_{nullptr};
   ::torch::nn::Linear value_{nullptr};
 };
-TORCH_MODULE(PolicyNet);
+// The module holder (what TORCH_MODULE would declare; spelled out because inside namespace
+// replicator the name `torch` means replicator::torch).
+class PolicyNet : public ::torch::nn::ModuleHolder<PolicyNetImpl> {
+ public:
+  using ::torch::nn::ModuleHolder<PolicyNetImpl>::ModuleHolder;
+  using Impl = PolicyNetImpl;
+};
 
 // The parameters of `module` (in parameters() order) copied into one vector.
 std::vector<float> flatten_parameters(::torch::nn::Module& module);
