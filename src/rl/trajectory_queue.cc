@@ -27,8 +27,8 @@ std::string counts(const QueueStats& s) {
 
 }  // namespace
 
-QueueCore::QueueCore(QueueOptions options)
-    : options_(std::move(options)), limiter_(make_limiter(options_)) {
+QueueCore::QueueCore(const QueueOptions& options)
+    : options_(options), limiter_(make_limiter(options_)) {
   if (options_.max_size < 1) {
     throw InvalidArgument("TrajectoryQueue: max_size must be at least 1, got " +
                           std::to_string(options_.max_size));

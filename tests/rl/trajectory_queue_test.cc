@@ -206,6 +206,7 @@ TEST(TrajectoryQueue, CloseReleasesWaitingSamplersAndLaterCallsFail) {
   TrajectoryQueue<int> queue({.max_size = 4});
   std::vector<std::string> errors(3);
   std::vector<std::thread> samplers;
+  samplers.reserve(3);
   for (int i = 0; i < 3; ++i) {
     samplers.emplace_back([&, i] {
       errors[i] = message_of<Aborted>([&] {
@@ -234,13 +235,14 @@ TEST(TrajectoryQueue, CloseReleasesWaitingInsertersAndHandsBackTheItems) {
   queue.insert(unroll(0, 0));
   queue.insert(unroll(0, 1));
   std::vector<std::thread> producers;
+  producers.reserve(2);
   std::atomic<int> aborted{0};
   for (int p = 1; p <= 2; ++p) {
     producers.emplace_back([&, p] {
       Unroll u = unroll(p, 0);
       try {
         queue.insert(std::move(u), milliseconds(10000));
-      } catch (const Aborted& e) {
+      } catch (const Aborted&) {
         if (u.payload != nullptr) ++aborted;  // released, and still holding its item
       }
     });
@@ -341,6 +343,7 @@ void stress(const StressCase& c) {
       {.max_size = c.max_size, .rate_limit = c.rate_limit, .timeout = milliseconds(60000)});
   std::vector<std::vector<Unroll>> received(c.consumers);
   std::vector<std::thread> threads;
+  threads.reserve(c.consumers);
   for (int k = 0; k < c.consumers; ++k) {
     threads.emplace_back([&, k] {
       const std::int64_t n = k % 3 == 0 ? 1 : std::min<std::int64_t>(1 + k % 3, c.max_size);
@@ -357,6 +360,7 @@ void stress(const StressCase& c) {
     });
   }
   std::vector<std::thread> producers;
+  producers.reserve(c.producers);
   for (int p = 0; p < c.producers; ++p) {
     producers.emplace_back([&, p] {
       for (int i = 0; i < c.items_per_producer; ++i) queue.insert(unroll(p, i));

@@ -106,7 +106,7 @@ VTraceInputs vtrace_inputs(const Unrolls& u) {
 }
 
 const std::vector<VTraceOptions>& option_sweep() {
-  static const std::vector<VTraceOptions> options = {
+  static const std::vector<VTraceOptions> kOptions = {
       {},  // ρ̄ = c̄ = ρ̄_pg = 1, λ = 1
       {.clip_rho_threshold = kInf, .clip_c_threshold = kInf, .clip_pg_rho_threshold = kInf},
       {.clip_rho_threshold = 2,
@@ -119,7 +119,7 @@ const std::vector<VTraceOptions>& option_sweep() {
        .lambda = 0.5},
       {.lambda = 0},
   };
-  return options;
+  return kOptions;
 }
 
 TEST(VTrace, MatchesTheDefinition) {

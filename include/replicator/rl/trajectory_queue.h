@@ -11,8 +11,11 @@
 //   bound comes first: a sample from a full queue always goes ahead. Inserts and samples
 //   never wait for each other for ever: whenever an insert waits, every sample the queue
 //   accepts can go ahead.
-// - Every waiting call has a deadline and throws Timeout naming what it waited for and the
-//   counts; on Timeout or close nothing was inserted or taken.
+// - Every waiting call has a deadline and throws Timeout naming what it waited for (room,
+//   items, min_size_to_sample or the ratio) and the counts; Timeout::op() is
+//   "TrajectoryQueue::insert", "...::sample" or "...::sample_batch", sequence() the items
+//   inserted (sampled) before, missing() empty. On Timeout or close nothing was inserted or
+//   taken.
 // - close() wakes every waiting call with Aborted, makes every later call throw Aborted,
 //   and hands back the items still inside (they are not sampled after close).
 // Threads: every member function may be called from any thread, concurrently (actors,
@@ -70,7 +73,7 @@ class QueueCore {
  public:
   using Clock = std::chrono::steady_clock;
 
-  explicit QueueCore(QueueOptions options);
+  explicit QueueCore(const QueueOptions& options);
 
   // Wait until one insert may go ahead; return with the lock held. Throw Timeout or
   // Aborted (closed), with the lock released.
@@ -115,7 +118,7 @@ class TrajectoryQueue {
  public:
   // Does not block. Throws InvalidArgument for max_size < 1, timeout <= 0, a bad RateLimit
   // or min_size_to_sample > max_size.
-  explicit TrajectoryQueue(QueueOptions options = {}) : core_(std::move(options)) {}
+  explicit TrajectoryQueue(const QueueOptions& options = {}) : core_(options) {}
   TrajectoryQueue(const TrajectoryQueue&) = delete;
   TrajectoryQueue& operator=(const TrajectoryQueue&) = delete;
 

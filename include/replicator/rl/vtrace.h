@@ -11,7 +11,8 @@
 // - An episode cut short (time limit, truncation) must still bootstrap from the value of
 //   its last observation x', which the unroll does not hold at t + 1. Represent it as
 //   γ_t = 0 and r_t + γ·V(x') in place of r_t, with V(x') computed by the learner without
-//   gradient: the targets are then exactly those of an unroll that continued from x'.
+//   gradient: the targets of step t are then those of an unroll that ended at x' and
+//   bootstrapped from V(x') (the trace stops there, as at any unroll's end).
 // - Otherwise γ_t = γ, the agent's discount.
 // All functions here are pure (no state, no blocking) and run on the inputs' device.
 #pragma once
