@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -50,6 +51,12 @@ std::vector<std::uint8_t> read_bytes(const fs::path& path) {
 std::string read_text(const fs::path& path) {
   std::ifstream in(path);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Where a reporter's stderr lines go when the test does not read them.
+std::FILE* sink() {
+  static const std::unique_ptr<std::FILE, int (*)(std::FILE*)> kFile(::tmpfile(), &std::fclose);
+  return kFile.get();
 }
 
 std::uint32_t u32(const std::uint8_t* p) {
@@ -135,6 +142,8 @@ TEST(Png, RoundTripsGrayAndRgb) {
 
 // An independent reader: Python's zlib and struct (PIL is not assumed).
 TEST(Png, PythonReadsIt) {
+  // std::system: this test starts no thread.
+  // NOLINTNEXTLINE(concurrency-mt-unsafe)
   if (std::system("python3 -c 'import zlib, struct' >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "no python3 with zlib";
   }
@@ -173,7 +182,7 @@ print('ok')
                                 (dir.path() / "p.png").string() + " " +
                                 (dir.path() / "expected.raw").string() + " " + std::to_string(w) +
                                 " " + std::to_string(h) + " " + std::to_string(c);
-    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;  // NOLINT(concurrency-mt-unsafe)
   }
 }
 
@@ -195,7 +204,7 @@ TEST(Grid, TilesImagesRowByRowWithBorders) {
   // Five 2x3 gray images, image i filled with 10 * (i + 1), three to a row, border 1.
   const int h = 2, w = 3;
   std::vector<std::uint8_t> images;
-  for (int i = 0; i < 5; ++i) images.insert(images.end(), h * w, 10 * (i + 1));
+  for (int i = 0; i < 5; ++i) images.insert(images.end(), std::size_t{h} * w, 10 * (i + 1));
   const Image grid = tile_images(images, 5, h, w, 1, {.cols = 3, .border = 1, .border_value = 0});
   EXPECT_EQ(grid.width, 3 * w + 4);
   EXPECT_EQ(grid.height, 2 * h + 3);
@@ -251,7 +260,7 @@ TEST(Plot, RisingLineGoesFromBottomLeftToTopRight) {
   for (int i = 0; i <= 100; ++i) {
     s.x.push_back(i);
     // A gap of NaNs in the middle: no line drawn across it.
-    s.y.push_back(i >= 40 && i <= 60 ? NAN : i);
+    s.y.push_back(i >= 40 && i <= 60 ? std::nan("") : i);
   }
   chart.series.push_back(s);
   const Image image = render_charts({chart});
@@ -331,13 +340,13 @@ TEST(JobReporter, DropsMetricsPastTheResumeStepAndAppends) {
   TempDir dir;
   const fs::path metrics = dir.path() / "run" / "metrics.jsonl";
   {
-    JobReporter reporter({.out = dir.path() / "run", .progress = false, .err = ::tmpfile()});
+    JobReporter reporter({.out = dir.path() / "run", .progress = false, .err = sink()});
     for (int step = 1; step <= 5; ++step) reporter.metric({{"type", "train"}, {"step", step}});
     reporter.metric({{"type", "note"}});  // no step: always kept
   }
   {
     // Resumed from step 3: the lines of steps 4 and 5 go, the others stay, new ones append.
-    JobReporter reporter({.out = dir.path() / "run", .resume_step = 3, .err = ::tmpfile()});
+    JobReporter reporter({.out = dir.path() / "run", .resume_step = 3, .err = sink()});
     EXPECT_EQ(read_text(metrics),
               "{\"type\":\"train\",\"step\":1}\n{\"type\":\"train\",\"step\":2}\n"
               "{\"type\":\"train\",\"step\":3}\n{\"type\":\"note\"}\n");
@@ -349,7 +358,7 @@ TEST(JobReporter, DropsMetricsPastTheResumeStepAndAppends) {
     EXPECT_EQ(entry.path().filename().string(), "metrics.jsonl") << "left behind";
   }
   // Without a folder nothing is written.
-  JobReporter quiet({.err = ::tmpfile()});
+  JobReporter quiet({.err = sink()});
   quiet.metric({{"step", 1}});
   EXPECT_TRUE(quiet.metrics_path().empty());
 }
