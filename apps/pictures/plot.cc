@@ -15,7 +15,7 @@ namespace {
 
 // ASCII 32..126 in 5 x 7 pixels: five columns per glyph, left to right; bit 0 of a column is
 // its top row, bit 6 its bottom.
-constexpr std::array<std::uint8_t, 95 * 5> kFont = {
+constexpr std::array<std::uint8_t, std::size_t{95}* 5> kFont = {
     0x00, 0x00, 0x00, 0x00, 0x00,  // space
     0x00, 0x00, 0x5F, 0x00, 0x00,  // !
     0x00, 0x07, 0x00, 0x07, 0x00,  // "

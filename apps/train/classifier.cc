@@ -266,10 +266,12 @@ TrainResult train_classifier(const TrainOptions& o) {
     result.steps = step;
     if (reporter) reporter->finish();
     if (reporter && !o.out.empty()) {
-      // The curves of the whole run (metrics.jsonl holds the steps before a resume too).
-      const std::vector<Chart> charts = charts_from_metrics(
-          reporter->metrics_path(), "step", {{"loss"}, {"test_accuracy"}}, "", true);
-      if (!charts.empty()) write_png(o.out / "curves.png", render_charts(charts));
+      // The curves of the whole run (metrics.jsonl holds the steps before a resume too): the
+      // loss (a run too short to log one says "no data"), and the test accuracy if evaluated.
+      std::vector<Chart> charts =
+          charts_from_metrics(reporter->metrics_path(), "step", {{"loss"}, {"test_accuracy"}});
+      if (charts[1].series[0].x.empty()) charts.pop_back();
+      write_png(o.out / "curves.png", render_charts(charts));
     }
 
     // Replicas must end identical; a difference would be a silent divergence.

@@ -3,7 +3,8 @@
 #   resume: 3 steps + resume to 6 ends with the bitwise parameters of 6 uninterrupted steps,
 #   with --resume FILE and automatically from --out (the newest checkpoint that loads: a torn
 #   newest one is skipped with a warning naming it); metrics.jsonl repeats no step; only the
-#   newest --keep-checkpoints are kept;
+#   newest --keep-checkpoints are kept; --out gets curves.png, and `replicator plot` draws
+#   metrics.jsonl;
 #   a checkpoint of 2 replicas resumes on 1 replica;
 #   a missing or corrupt data file and a batch not divisible by the replicas fail clearly;
 #   the same job on 2 replicas ends with the same bits as 1 process x 2 threads, 2 mpi
@@ -39,6 +40,18 @@ grep -q "resuming from $work/run/checkpoint-000000003.pt" "$work/auto.err" ||
 steps_logged=$(sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$work/run/metrics.jsonl" | sort | uniq -d)
 [ -z "$steps_logged" ] || fail "metrics.jsonl repeats steps $steps_logged"
 echo "automatic resume: bitwise equal, metrics without repeats"
+
+# The curves of the run, and `replicator plot` on its metrics.
+png_signature() { head -c 8 "$1" | od -An -tx1 | tr -d ' \n'; }
+[ "$(png_signature "$work/run/curves.png")" = 89504e470d0a1a0a ] ||
+  fail "no curves.png after a run with --out: $(ls "$work/run")"
+printf '%s\n' '{"type":"train","step":1,"loss":2.5}' '{"type":"eval","step":2,"loss":9}' \
+  '{"type":"train","step":2,"loss":1.5}' > "$work/metrics.jsonl"
+"$replicator" plot --metrics "$work/metrics.jsonl" --x step --y loss --type train \
+  --out "$work/plot.png" 2>"$work/plot.err"
+grep -q "1 charts, 2 points" "$work/plot.err" || fail "replicator plot: $(cat "$work/plot.err")"
+[ "$(png_signature "$work/plot.png")" = 89504e470d0a1a0a ] || fail "replicator plot wrote no PNG"
+echo "curves.png and replicator plot: PNG files"
 
 # A torn newest checkpoint is skipped, with a warning naming it; the one before is used.
 "$replicator" "${common[@]}" --replicas 2 --steps 3 --checkpoint-every 1 --out "$work/torn" \
