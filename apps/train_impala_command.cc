@@ -92,9 +92,11 @@ Command add_train_impala(CLI::App& train) {
   app->add_option("--env", o.env,
                   "cartpole, breakout, space_invaders, freeway, asterix or seaquest")
       ->capture_default_str();
-  app->add_option("--actors", o.actors, "Actor threads per process")
+  app->add_option("--actors", o.actors,
+                  "Actor threads per process; 0: the learner's thread plays until a batch is "
+                  "there, then learns (a synchronous loop, one learner replica per process)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(0, 4096));
   app->add_option("--envs-per-actor", o.envs_per_actor, "Environments each actor steps together")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
@@ -137,9 +139,10 @@ Command add_train_impala(CLI::App& train) {
                   "The mean return (newest 100 episodes) that counts as solved (default: "
                   "475 on cartpole)");
   app->add_flag("--stop-at-target", o.stop_at_target, "Stop once the target return is reached");
-  app->add_option("--queue-size", o.queue_size,
-                  "Unrolls each process's queue holds (default: one batch; more lets the actors run "
-                  "further ahead of the learner, with staler unrolls)")
+  app->add_option(
+         "--queue-size", o.queue_size,
+         "Unrolls each process's queue holds (default: one batch; more lets the actors run "
+         "further ahead of the learner, with staler unrolls)")
       ->check(CLI::NonNegativeNumber);
   app->add_option("--seed", o.seed, "Seed of the network, the actors and the environments");
   app->add_option("--out", flags->out,

@@ -146,11 +146,11 @@ class ActorThreads {
 }  // namespace
 
 ImpalaResult train_impala(const ImpalaOptions& o) {
-  if (o.actors < 1 || o.envs_per_actor < 1 || o.unroll < 1 || o.batch < 1 || o.frames < 1 ||
+  if (o.actors < 0 || o.envs_per_actor < 1 || o.unroll < 1 || o.batch < 1 || o.frames < 1 ||
       o.threads < 1 || o.report_every < 1) {
     throw InvalidArgument(
-        "actors, envs-per-actor, unroll, batch, frames, threads and report-every must be at "
-        "least 1");
+        "envs-per-actor, unroll, batch, frames, threads and report-every must be at least 1, "
+        "actors at least 0");
   }
   at::set_num_threads(o.threads);
   // Checks the environment's name before anything starts.
@@ -169,6 +169,15 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
   }
   const int rank = replicator.run([](ReplicaContext& ctx) { return ctx.replica_id(); })[0] / L;
   const int per_replica = o.batch / R;
+  // No actor threads: the learner's own thread plays until a batch is there, then learns
+  // (the synchronous loop the actor-learner is measured against).
+  const bool synchronous = o.actors == 0;
+  if (synchronous && L != 1) {
+    throw InvalidArgument(
+        "--actors 0 (play and learn on one thread) needs 1 learner replica per "
+        "process, got " +
+        std::to_string(L));
+  }
   const std::int64_t frames_per_step = static_cast<std::int64_t>(o.batch) * o.unroll;
   const std::int64_t total_steps = (o.frames + frames_per_step - 1) / frames_per_step;
   const double target = std::isnan(o.target_return) ? default_target(o.env) : o.target_return;
@@ -177,7 +186,9 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
   // This process's actors and queue.
   rl::ParameterStore store;
   rl::TrajectoryQueue<rl::Unroll> queue(
-      {.max_size = o.queue_size > 0 ? o.queue_size : std::int64_t{per_replica} * L,
+      {.max_size = synchronous        ? std::int64_t{per_replica} + o.envs_per_actor
+                   : o.queue_size > 0 ? o.queue_size
+                                      : std::int64_t{per_replica} * L,
        .timeout = o.config.timeout});
   rl::EpisodeLog log;
   rl::ActorCounters counters;
@@ -194,6 +205,8 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
       .reward_clip = o.reward_clip,
       .loss = {.baseline_cost = o.baseline_cost, .entropy_cost = o.entropy_cost}};
   ActorThreads actors(rank * o.actors, o.actors, actor_options, store, queue, log, counters);
+  std::optional<rl::Actor> inline_actor;
+  if (synchronous) inline_actor.emplace(rank, actor_options, store, queue, log, counters);
   std::mutex init_mutex;
 
   const auto learner_replica = [&](ReplicaContext& ctx) {
@@ -202,7 +215,7 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
     result.replicas = R;
     result.local_replicas = L;
     result.processes = P;
-    result.actors = o.actors * P;
+    result.actors = std::max(o.actors, 1) * P;
     result.random_return = random_return;
     result.target_return = target;
 
@@ -248,6 +261,7 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
     double window[3] = {0, 0, 0};  // loss sum, policy lag sum, updates
     bool stopped = false;
     while (step < total_steps && !stopped) {
+      while (inline_actor && queue.stats().size < per_replica) inline_actor->step();
       std::vector<rl::Unroll> share = queue.sample_batch(per_replica, o.config.timeout);
       if (o.anneal) {
         learner.set_learning_rate(o.learning_rate * static_cast<double>(total_steps - step) /

@@ -18,7 +18,7 @@ namespace replicator::apps {
 struct ImpalaOptions {
   Config config;  // engine and local (learner) replicas of the job
   std::string env = "cartpole";
-  int actors = 2;                   // actor threads per process
+  int actors = 2;                   // actor threads per process; 0: play and learn on one thread
   int envs_per_actor = 16;          // M, environments each actor steps together
   int unroll = 20;                  // T
   int batch = 32;                   // unrolls per learner step, over all replicas
@@ -30,7 +30,7 @@ struct ImpalaOptions {
   double baseline_cost = 0.25;
   double discount = 0.99;
   double max_grad_norm = 0;  // global gradient-norm clip; 0: none
-  double reward_clip = 0;  // > 0: rewards clipped to [-clip, clip] in the loss
+  double reward_clip = 0;    // > 0: rewards clipped to [-clip, clip] in the loss
   // Stop early once the mean return of the newest 100 episodes reaches this (NaN: the
   // environment's own threshold where it has one, CartPole's 475, else never).
   double target_return = std::numeric_limits<double>::quiet_NaN();

@@ -95,86 +95,94 @@ void Actor::start_unroll(int i, const float* observation) {
   std::memcpy(u.observations.data(), observation, static_cast<std::size_t>(size) * sizeof(float));
 }
 
+void Actor::begin() {
+  const int size = env_->observation_size();
+  last_ = env_->last();
+  for (int i = 0; i < options_.envs; ++i) start_unroll(i, last_.observations.data() + i * size);
+  actions_.assign(static_cast<std::size_t>(options_.envs), 0);
+  begun_ = true;
+}
+
 void Actor::run(const std::atomic<bool>& stop) {
   while (store_.version() == 0) {
     if (stop.load(std::memory_order_relaxed)) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  try {
+    while (!stop.load(std::memory_order_relaxed)) step();
+  } catch (const Aborted&) {
+    if (!queue_.stats().closed) throw;  // closed: the job is over
+  }
+}
+
+void Actor::step() {
   ::torch::NoGradGuard no_grad;
+  if (!begun_) begin();
   const int M = options_.envs;
   const int T = options_.unroll;
   const int size = env_->observation_size();
   const int A = env_->num_actions();
-  StepResult r = env_->last();
-  for (int i = 0; i < M; ++i) start_unroll(i, r.observations.data() + i * size);
-  std::vector<std::int32_t> actions(static_cast<std::size_t>(M), 0);
-  try {
-    while (!stop.load(std::memory_order_relaxed)) {
-      refresh();
-      const ::torch::Tensor observations = ::torch::from_blob(
-          const_cast<float*>(r.observations.data()), {M, size}, ::torch::kFloat32);
-      const PolicyOutput out = model_->forward(observations);
-      const ::torch::Tensor logits = out.logits.contiguous();
-      const ::torch::Tensor sampled =
-          ::torch::multinomial(::torch::softmax(logits, 1), 1, false, generator_)
-              .to(::torch::kInt32)
-              .contiguous();
-      counters_.forwards.fetch_add(1, std::memory_order_relaxed);
-      const float* logit = logits.data_ptr<float>();
-      const std::int32_t* chosen = sampled.data_ptr<std::int32_t>();
-      for (int i = 0; i < M; ++i) {
-        const auto k = static_cast<std::size_t>(i);
-        actions[k] = resetting_[k] ? 0 : chosen[i];
-        if (resetting_[k]) continue;
-        Pending& p = pending_[k];
-        const auto t = static_cast<std::size_t>(p.steps);
-        if (p.steps == 0) p.unroll.policy_version = version_;
-        p.unroll.actions[t] = actions[k];
-        std::memcpy(p.unroll.behaviour_logits.data() + t * static_cast<std::size_t>(A),
-                    logit + i * A, static_cast<std::size_t>(A) * sizeof(float));
-      }
-      r = env_->step(actions);
-      std::int64_t stepped = 0;
-      for (int i = 0; i < M; ++i) {
-        const auto k = static_cast<std::size_t>(i);
-        Pending& p = pending_[k];
-        const float* next = r.observations.data() + i * size;
-        float* slot = p.unroll.observations.data() +
-                      static_cast<std::size_t>(p.steps) * static_cast<std::size_t>(size);
-        if (resetting_[k]) {
-          // The reset step: its observation starts the new episode where the old one's last
-          // observation stood.
-          std::memcpy(slot, next, static_cast<std::size_t>(size) * sizeof(float));
-          resetting_[k] = 0;
-          continue;
-        }
-        ++stepped;
-        const auto t = static_cast<std::size_t>(p.steps);
-        const bool done = r.terminated[k] != 0 || r.truncated[k] != 0;
-        p.unroll.rewards[t] = r.rewards[k];
-        p.unroll.done[t] = done ? 1 : 0;
-        ++p.steps;
-        std::memcpy(slot + size, next, static_cast<std::size_t>(size) * sizeof(float));
-        if (done) {
-          resetting_[k] = 1;
-          log_.add(r.episode_return[k], r.episode_length[k],
-                   counters_.frames.load(std::memory_order_relaxed) + stepped);
-        }
-        if (p.steps == T) {
-          Unroll full = std::move(p.unroll);
-          full.sequence = sequence_++;
-          const float* last = full.observations.data() +
-                              static_cast<std::size_t>(T) * static_cast<std::size_t>(size);
-          start_unroll(i, last);
-          queue_.insert(std::move(full), options_.insert_timeout);
-          counters_.unrolls.fetch_add(1, std::memory_order_relaxed);
-        }
-      }
-      counters_.frames.fetch_add(stepped, std::memory_order_relaxed);
-    }
-  } catch (const Aborted&) {
-    if (!queue_.stats().closed) throw;  // closed: the job is over
+  refresh();
+  const ::torch::Tensor observations = ::torch::from_blob(
+      const_cast<float*>(last_.observations.data()), {M, size}, ::torch::kFloat32);
+  const PolicyOutput out = model_->forward(observations);
+  const ::torch::Tensor logits = out.logits.contiguous();
+  const ::torch::Tensor sampled =
+      ::torch::multinomial(::torch::softmax(logits, 1), 1, false, generator_)
+          .to(::torch::kInt32)
+          .contiguous();
+  counters_.forwards.fetch_add(1, std::memory_order_relaxed);
+  const float* logit = logits.data_ptr<float>();
+  const std::int32_t* chosen = sampled.data_ptr<std::int32_t>();
+  for (int i = 0; i < M; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    actions_[k] = resetting_[k] ? 0 : chosen[i];
+    if (resetting_[k]) continue;
+    Pending& p = pending_[k];
+    const auto t = static_cast<std::size_t>(p.steps);
+    if (p.steps == 0) p.unroll.policy_version = version_;
+    p.unroll.actions[t] = actions_[k];
+    std::memcpy(p.unroll.behaviour_logits.data() + t * static_cast<std::size_t>(A), logit + i * A,
+                static_cast<std::size_t>(A) * sizeof(float));
   }
+  last_ = env_->step(actions_);
+  std::int64_t stepped = 0;
+  for (int i = 0; i < M; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    Pending& p = pending_[k];
+    const float* next = last_.observations.data() + i * size;
+    float* slot = p.unroll.observations.data() +
+                  static_cast<std::size_t>(p.steps) * static_cast<std::size_t>(size);
+    if (resetting_[k]) {
+      // The reset step: its observation starts the new episode where the old one's last
+      // observation stood.
+      std::memcpy(slot, next, static_cast<std::size_t>(size) * sizeof(float));
+      resetting_[k] = 0;
+      continue;
+    }
+    ++stepped;
+    const auto t = static_cast<std::size_t>(p.steps);
+    const bool done = last_.terminated[k] != 0 || last_.truncated[k] != 0;
+    p.unroll.rewards[t] = last_.rewards[k];
+    p.unroll.done[t] = done ? 1 : 0;
+    ++p.steps;
+    std::memcpy(slot + size, next, static_cast<std::size_t>(size) * sizeof(float));
+    if (done) {
+      resetting_[k] = 1;
+      log_.add(last_.episode_return[k], last_.episode_length[k],
+               counters_.frames.load(std::memory_order_relaxed) + stepped);
+    }
+    if (p.steps == T) {
+      Unroll full = std::move(p.unroll);
+      full.sequence = sequence_++;
+      const float* bootstrap =
+          full.observations.data() + static_cast<std::size_t>(T) * static_cast<std::size_t>(size);
+      start_unroll(i, bootstrap);
+      queue_.insert(std::move(full), options_.insert_timeout);
+      counters_.unrolls.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  counters_.frames.fetch_add(stepped, std::memory_order_relaxed);
 }
 
 }  // namespace replicator::rl

@@ -87,6 +87,12 @@ class Actor {
   // Throws Timeout if an insert waits past its deadline, and what LibTorch throws.
   void run(const std::atomic<bool>& stop);
 
+  // One batched step of every environment with the newest published parameters (there must
+  // be some), inserting the unrolls it completes (up to M): what run() repeats, for a
+  // caller that plays and learns on one thread (a synchronous loop). Blocks only in an
+  // insert into a full queue. Throws as run(), and Aborted if the queue is closed.
+  void step();
+
   int id() const { return id_; }
 
  private:
@@ -98,6 +104,8 @@ class Actor {
     int steps = 0;
   };
   void start_unroll(int i, const float* observation);
+  // The first step's setup: unrolls started from the environments' first observations.
+  void begin();
 
   int id_;
   ActorOptions options_;
@@ -111,6 +119,9 @@ class Actor {
   ::torch::Generator generator_;
   std::vector<Pending> pending_;
   std::vector<std::uint8_t> resetting_;  // env i's next step is its reset step
+  std::vector<std::int32_t> actions_;
+  StepResult last_;
+  bool begun_ = false;
   std::int64_t sequence_ = 0;
 };
 
