@@ -25,6 +25,7 @@
 
 #include "apps/command.h"
 #include "apps/memory.h"
+#include "apps/subprocess.h"
 #include "bench/median.h"
 #include "replicator/errors.h"
 
@@ -62,45 +63,9 @@ const std::vector<Configuration>& all_configurations() {
   return kAll;
 }
 
-std::string self_path() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (const char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-// Runs `command` through the shell and returns its stdout; throws Error if it fails.
-std::string run_capture(const std::string& command) {
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) throw Error("cannot start: " + command);
-  std::string out;
-  std::array<char, 4096> chunk;
-  while (std::fgets(chunk.data(), chunk.size(), pipe) != nullptr) out += chunk.data();
-  const int status = ::pclose(pipe);
-  if (status != 0) {
-    throw Error("benchmark run failed (exit status " + std::to_string(WEXITSTATUS(status)) +
-                "): " + command);
-  }
-  return out;
-}
-
 // images/s from the JSON object the run printed (possibly behind a "[rank] " prefix).
 double images_per_s_of(const std::string& output, const std::string& command) {
-  std::size_t start = 0;
-  while (start < output.size()) {
-    const std::size_t end = output.find('\n', start);
-    const std::string line =
-        output.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    const std::size_t brace = line.find('{');
-    if (brace != std::string::npos && line.find("images_per_s") != std::string::npos) {
-      const Json j = Json::parse(line.substr(brace), nullptr, /*allow_exceptions=*/false);
-      if (j.is_object() && j.contains("images_per_s")) return j["images_per_s"].get<double>();
-    }
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  throw Error("no result line in the output of: " + command);
+  return result_with(output, "images_per_s", command)["images_per_s"].get<double>();
 }
 
 std::string command_for(const BenchTrainFlags& f, const Configuration& c, MemoryMode memory) {

@@ -26,6 +26,8 @@ Command add_plot(CLI::App& app);
 Command add_train_classifier(CLI::App& train, char** argv);
 // `replicator train impala` (train_impala_command.cc); built with LibTorch only.
 Command add_train_impala(CLI::App& train);
+// `replicator bench rl` (bench_rl.cc); built with LibTorch only.
+Command add_bench_rl(CLI::App& bench);
 // `replicator bench train` (bench_train.cc); built with LibTorch only.
 Command add_bench_train(CLI::App& bench);
 
