@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The benchmarks: installs what is missing, builds, then runs the collective benchmark
-# (2 replicas), our all_reduce beside plain MPI_Allreduce, and the training throughput
-# beside PyTorch DDP. Takes ~15 minutes; run it on a quiet machine.
+# (2 replicas), our all_reduce beside plain MPI_Allreduce and beside the engines' own
+# across processes, the training throughput beside PyTorch DDP, and the actor-learner's
+# speed beside a synchronous loop and a PyTorch IMPALA. Takes ~20 minutes; run it on a quiet
+# machine.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/install_deps.sh"
@@ -9,4 +11,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 "$root/build/replicator" bench collectives --replicas 2
 BUILD_DIR="$root/build" "$root/bench/compare_mpi.sh"
+BUILD_DIR="$root/build" "$root/bench/compare_engines.sh"
 "$root/build/replicator" bench train
+"$root/build/replicator" bench rl-envs
+"$root/build/replicator" bench rl
