@@ -1,6 +1,7 @@
 #include "apps/engine_choice.h"
 
 #include <cstdlib>
+#include <string>
 
 #include "replicator/errors.h"
 
@@ -39,6 +40,16 @@ Config config_for_engine(const std::string& engine_flag, const std::string& comm
                       engine_source(config.engine) + "); for " + engine_flag + ", " +
                       engine_howto(engine_flag, command) + "; or leave out --engine");
   }
+  return config;
+}
+
+Config job_config(const std::string& engine_flag, const std::string& command, bool replicas_given,
+                  int replicas, const std::string& timeout) {
+  Config config = config_for_engine(engine_flag, command);
+  if (replicas_given || config.engine == Engine::kLocal) {
+    config.set("local-replicas", std::to_string(replicas));
+  }
+  if (!timeout.empty()) config.set("timeout", timeout);
   return config;
 }
 

@@ -36,11 +36,8 @@ struct TrainFlags {
 int run_train(const TrainFlags& f) {
   apply_memory_mode(parse_memory_mode(f.memory), f.argv);
   TrainOptions o = f.options;
-  o.config = config_for_engine(f.engine, "train classifier");
-  if (f.replicas_option->count() > 0 || o.config.engine == Engine::kLocal) {
-    o.config.set("local-replicas", std::to_string(f.replicas));
-  }
-  if (!f.timeout.empty()) o.config.set("timeout", f.timeout);
+  o.config = job_config(f.engine, "train classifier", f.replicas_option->count() > 0, f.replicas,
+                        f.timeout);
   o.data_dir = f.data_dir;
   o.out = f.out;
   o.resume = f.resume;

@@ -28,11 +28,8 @@ struct ImpalaFlags {
 
 int run_impala(const ImpalaFlags& f) {
   ImpalaOptions o = f.options;
-  o.config = config_for_engine(f.engine, "train impala");
-  if (f.replicas_option->count() > 0 || o.config.engine == Engine::kLocal) {
-    o.config.set("local-replicas", std::to_string(f.replicas));
-  }
-  if (!f.timeout.empty()) o.config.set("timeout", f.timeout);
+  o.config =
+      job_config(f.engine, "train impala", f.replicas_option->count() > 0, f.replicas, f.timeout);
   o.out = f.out;
   o.resume = f.resume;
 

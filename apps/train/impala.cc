@@ -67,20 +67,6 @@ double random_policy_return(const std::string& env, int episodes, std::uint64_t 
   return sum / finished;
 }
 
-std::uint64_t digest_of(const std::vector<float>& flat) {
-  std::uint64_t h = 1469598103934665603ULL;
-  const auto* bytes = reinterpret_cast<const unsigned char*>(flat.data());
-  for (std::size_t i = 0; i < flat.size() * sizeof(float); ++i)
-    h = (h ^ bytes[i]) * 1099511628211ULL;
-  return h;
-}
-
-std::string hex(std::uint64_t v) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
-  return text;
-}
-
 std::string human_count(double n) {
   char text[32];
   if (n >= 1e6) {
@@ -347,18 +333,7 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
     result.frames_per_s = result.steps_per_s * static_cast<double>(frames_per_step);
     if (reporter) reporter->finish();
 
-    // Replicas must end identical; a difference would be a silent divergence.
-    const std::uint64_t mine = digest_of(rl::flatten_parameters(*model));
-    std::vector<std::int64_t> all(static_cast<std::size_t>(R));
-    ctx.all_gather(std::span(reinterpret_cast<const std::int64_t*>(&mine), 1), std::span(all));
-    for (int r = 0; r < R; ++r) {
-      if (static_cast<std::uint64_t>(all[static_cast<std::size_t>(r)]) != mine) {
-        throw Error("replica " + std::to_string(r) +
-                    " ended with parameters different from replica " +
-                    std::to_string(ctx.replica_id()) + "'s");
-      }
-    }
-    result.digest = hex(mine);
+    result.digest = check_replicas_agree(ctx, *model);
     return result;
   };
 

@@ -1,9 +1,13 @@
 #include "apps/train/job_checkpoint.h"
 
+#include <cstdint>
 #include <cstdio>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "apps/train/job.h"
+#include "replicator/errors.h"
 
 namespace replicator::apps {
 
@@ -31,6 +35,48 @@ replicator::torch::TrainingPosition resume_job(ReplicaContext& ctx,
   }
   check_same_start_step(ctx, position.step, folder != nullptr ? folder->dir() : resume);
   return position;
+}
+
+namespace {
+
+// FNV-1a over every parameter's and buffer's bytes.
+std::uint64_t digest_of(::torch::nn::Module& model) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  const auto add = [&](const ::torch::Tensor& t) {
+    const ::torch::Tensor c = t.contiguous();
+    const auto* p = static_cast<const unsigned char*>(c.data_ptr());
+    for (std::int64_t i = 0; i < c.numel() * static_cast<std::int64_t>(c.element_size()); ++i) {
+      h = (h ^ p[i]) * 0x100000001b3ULL;
+    }
+  };
+  for (const ::torch::Tensor& t : model.parameters()) add(t);
+  for (const ::torch::Tensor& t : model.buffers()) add(t);
+  return h;
+}
+
+std::string hex(std::uint64_t v) {
+  char text[19];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
+  return text;
+}
+
+}  // namespace
+
+std::string check_replicas_agree(ReplicaContext& ctx, ::torch::nn::Module& model) {
+  const std::uint64_t mine = digest_of(model);
+  const int R = ctx.num_replicas();
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(R));
+  ctx.all_gather(std::span(reinterpret_cast<const std::int64_t*>(&mine), 1),
+                 std::span(reinterpret_cast<std::int64_t*>(all.data()), all.size()));
+  for (int r = 0; r < R; ++r) {
+    if (all[static_cast<std::size_t>(r)] != mine) {
+      throw Error("replica " + std::to_string(r) +
+                  " ended with parameters different from replica " +
+                  std::to_string(ctx.replica_id()) + "'s (digest " +
+                  hex(all[static_cast<std::size_t>(r)]) + " vs " + hex(mine) + ")");
+    }
+  }
+  return hex(mine);
 }
 
 }  // namespace replicator::apps

@@ -1,9 +1,11 @@
-// The checkpoint glue every training job shares (LibTorch): where a run starts from. The
-// checkpoints themselves are replicator::torch's (save_checkpoint, CheckpointFolder).
+// The LibTorch glue every training job shares: where a run starts from, and the check that
+// every replica ends with the same parameters. The checkpoints themselves are
+// replicator::torch's (save_checkpoint, CheckpointFolder).
 #pragma once
 
 #include <filesystem>
 #include <optional>
+#include <string>
 
 #include "replicator/replica_context.h"
 #include "replicator/torch/checkpoint.h"
@@ -22,5 +24,11 @@ replicator::torch::TrainingPosition resume_job(ReplicaContext& ctx,
                                                replicator::torch::CheckpointFolder* folder,
                                                ::torch::nn::Module& model,
                                                ::torch::optim::Optimizer& optimizer);
+
+// Checks that every replica ends with the same parameters and buffers (a difference would be
+// a silent divergence) and returns their digest as 16 hex digits (FNV-1a over their bytes).
+// A collective: every replica calls it; BLOCKS until all have. Throws Error naming a replica
+// whose digest differs, and what all_gather throws.
+std::string check_replicas_agree(ReplicaContext& ctx, ::torch::nn::Module& model);
 
 }  // namespace replicator::apps

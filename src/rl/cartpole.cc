@@ -67,11 +67,7 @@ void CartPole::reset_env(std::size_t i) {
   theta_dot_[i] = -0.05 + 0.1 * rng.uniform();
   steps_[i] = 0;
   needs_reset_[i] = 0;
-  rewards_[i] = 0.0f;
-  terminated_[i] = 0;
-  truncated_[i] = 0;
-  episode_return_[i] = 0.0f;
-  episode_length_[i] = 0;
+  clear_step_fields(i);
   write_observation(i);
 }
 

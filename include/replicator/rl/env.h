@@ -28,6 +28,7 @@
 // Threads: a BatchedEnv is used by one thread at a time; separate objects are independent.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -91,6 +92,14 @@ class BatchedEnv {
   // gets validated actions and must honour the auto-reset contract.
   virtual void do_reset() = 0;
   virtual void do_step(std::span<const std::int32_t> actions) = 0;
+  // Env i's reward, flags and episode fields as a reset step leaves them: all 0.
+  void clear_step_fields(std::size_t i) {
+    rewards_[i] = 0.0f;
+    terminated_[i] = 0;
+    truncated_[i] = 0;
+    episode_return_[i] = 0.0f;
+    episode_length_[i] = 0;
+  }
 
   std::vector<float> observations_;
   std::vector<float> rewards_;

@@ -82,11 +82,7 @@ void MinAtarEnv::reset_env(std::size_t i) {
   needs_reset_[i] = 0;
   return_[i] = 0.0f;
   length_[i] = 0;
-  rewards_[i] = 0.0f;
-  terminated_[i] = 0;
-  truncated_[i] = 0;
-  episode_return_[i] = 0.0f;
-  episode_length_[i] = 0;
+  clear_step_fields(i);
   write_observation(i);
 }
 
