@@ -15,17 +15,17 @@ replicator::torch::TrainingPosition resume_job(ReplicaContext& ctx,
                                                const std::filesystem::path& resume,
                                                replicator::torch::CheckpointFolder* folder,
                                                ::torch::nn::Module& model,
-                                               ::torch::optim::Optimizer& optimizer) {
+                                               const replicator::torch::Optimizers& optimizers) {
   const bool reporter = ctx.replica_id() == 0;
   replicator::torch::TrainingPosition position;
   if (!resume.empty()) {
-    position = replicator::torch::load_checkpoint(resume, model, optimizer);
+    position = replicator::torch::load_checkpoint(resume, model, optimizers);
   } else if (folder != nullptr) {
     const auto warn = [&](const std::string& what) {
       if (reporter) std::fprintf(stderr, "warning: %s\n", what.c_str());
     };
     // A restarted job continues where it stopped: nothing repeated, nothing lost.
-    if (const auto resumed = folder->resume(model, optimizer, warn)) {
+    if (const auto resumed = folder->resume(model, optimizers, warn)) {
       position = resumed->first;
       if (reporter) {
         std::fprintf(stderr, "resuming from %s (step %lld)\n", resumed->second.c_str(),

@@ -12,7 +12,7 @@
 
 namespace replicator::apps {
 
-// Loads where a job starts from into `model` and `optimizer`, on every replica: the
+// Loads where a job starts from into `model` and `optimizers`, on every replica: the
 // checkpoint `resume` when given, else the newest checkpoint of `folder` that loads (a torn
 // one is skipped with a warning on stderr), else nothing (afresh, step 0). Replica 0 prints
 // "resuming from FILE (step N)" and the warnings. Then checks that every replica starts
@@ -23,7 +23,13 @@ replicator::torch::TrainingPosition resume_job(ReplicaContext& ctx,
                                                const std::filesystem::path& resume,
                                                replicator::torch::CheckpointFolder* folder,
                                                ::torch::nn::Module& model,
-                                               ::torch::optim::Optimizer& optimizer);
+                                               const replicator::torch::Optimizers& optimizers);
+inline replicator::torch::TrainingPosition resume_job(
+    ReplicaContext& ctx, const std::filesystem::path& resume,
+    replicator::torch::CheckpointFolder* folder, ::torch::nn::Module& model,
+    ::torch::optim::Optimizer& optimizer) {
+  return resume_job(ctx, resume, folder, model, replicator::torch::Optimizers{&optimizer});
+}
 
 // Checks that every replica ends with the same parameters and buffers (a difference would be
 // a silent divergence) and returns their digest as 16 hex digits (FNV-1a over their bytes).

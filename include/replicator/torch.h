@@ -1,8 +1,12 @@
 // The LibTorch layer (target replicator::torch): tensor collectives, gradient reduction,
-// cross-replica batch norm, checkpoints.
+// cross-replica batch norm (also class-conditional), spectral norm, moving averages of
+// weights, checkpoints.
 #pragma once
 
 #include "replicator/torch/batch_norm.h"
 #include "replicator/torch/checkpoint.h"
+#include "replicator/torch/conditional_batch_norm.h"
+#include "replicator/torch/ema.h"
 #include "replicator/torch/gradient_reducer.h"
+#include "replicator/torch/spectral_norm.h"
 #include "replicator/torch/tensor_collectives.h"

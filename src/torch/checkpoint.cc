@@ -115,14 +115,16 @@ std::string read_file(const std::filesystem::path& path) {
 }  // namespace
 
 void save_checkpoint(const std::filesystem::path& path, ::torch::nn::Module& model,
-                     ::torch::optim::Optimizer& optimizer, const TrainingPosition& position) {
+                     const Optimizers& optimizers, const TrainingPosition& position) {
   ::torch::serialize::OutputArchive archive;
   ::torch::serialize::OutputArchive model_archive;
   model.save(model_archive);
   archive.write("model", model_archive);
-  ::torch::serialize::OutputArchive optimizer_archive;
-  optimizer.save(optimizer_archive);
-  archive.write("optimizer", optimizer_archive);
+  for (std::size_t i = 0; i < optimizers.size(); ++i) {
+    ::torch::serialize::OutputArchive optimizer_archive;
+    optimizers[i]->save(optimizer_archive);
+    archive.write(detail::optimizer_key(i), optimizer_archive);
+  }
   archive.write("step", scalar(position.step));
   archive.write("epoch", scalar(position.epoch));
   archive.write("batch", scalar(position.batch));
@@ -137,11 +139,11 @@ void save_checkpoint(const std::filesystem::path& path, ::torch::nn::Module& mod
 }
 
 TrainingPosition load_checkpoint(const std::filesystem::path& path, ::torch::nn::Module& model,
-                                 ::torch::optim::Optimizer& optimizer) {
+                                 const Optimizers& optimizers) {
   if (!std::filesystem::exists(path)) {
     throw DataError("checkpoint " + path.string() + " does not exist", path.string());
   }
-  return detail::load_checkpoint_bytes(read_file(path), path.string(), model, optimizer);
+  return detail::load_checkpoint_bytes(read_file(path), path.string(), model, optimizers);
 }
 
 CheckpointFolder::CheckpointFolder(std::filesystem::path dir, int keep)
@@ -181,10 +183,10 @@ std::vector<std::filesystem::path> CheckpointFolder::list() const {
   return out;
 }
 
-void CheckpointFolder::save(::torch::nn::Module& model, ::torch::optim::Optimizer& optimizer,
+void CheckpointFolder::save(::torch::nn::Module& model, const Optimizers& optimizers,
                             const TrainingPosition& position) {
   std::filesystem::create_directories(dir_);
-  save_checkpoint(path_for(position.step), model, optimizer, position);
+  save_checkpoint(path_for(position.step), model, optimizers, position);
   const std::vector<std::filesystem::path> all = list();
   for (std::size_t i = static_cast<std::size_t>(keep_); i < all.size(); ++i) {
     std::error_code ec;
@@ -193,14 +195,14 @@ void CheckpointFolder::save(::torch::nn::Module& model, ::torch::optim::Optimize
 }
 
 std::optional<std::pair<TrainingPosition, std::filesystem::path>> CheckpointFolder::resume(
-    ::torch::nn::Module& model, ::torch::optim::Optimizer& optimizer,
+    ::torch::nn::Module& model, const Optimizers& optimizers,
     const std::function<void(const std::string&)>& warn) {
   const std::vector<std::filesystem::path> all = list();
   if (all.empty()) return std::nullopt;
   std::string skipped;
   for (const std::filesystem::path& path : all) {
     try {
-      return std::make_pair(load_checkpoint(path, model, optimizer), path);
+      return std::make_pair(load_checkpoint(path, model, optimizers), path);
     } catch (const DataError& e) {
       warn("skipping checkpoint " + path.string() + ": " + e.what());
       skipped += (skipped.empty() ? "" : "; ") + std::string(e.what());

@@ -371,9 +371,13 @@ void check_fits(const ::torch::nn::Module& module, ::torch::serialize::InputArch
 
 }  // namespace
 
+std::string optimizer_key(std::size_t i) {
+  return i == 0 ? std::string("optimizer") : "optimizer" + std::to_string(i);
+}
+
 TrainingPosition load_checkpoint_bytes(std::string_view bytes, const std::string& name,
                                        ::torch::nn::Module& model,
-                                       ::torch::optim::Optimizer& optimizer) {
+                                       const Optimizers& optimizers) {
   check_zip(bytes, name);
   TrainingPosition position;
   try {
@@ -383,9 +387,21 @@ TrainingPosition load_checkpoint_bytes(std::string_view bytes, const std::string
     archive.read("model", model_archive);
     check_fits(model, model_archive, "", name);
     model.load(model_archive);
-    ::torch::serialize::InputArchive optimizer_archive;
-    archive.read("optimizer", optimizer_archive);
-    optimizer.load(optimizer_archive);
+    for (std::size_t i = 0; i < optimizers.size(); ++i) {
+      ::torch::serialize::InputArchive optimizer_archive;
+      if (!archive.try_read(optimizer_key(i), optimizer_archive)) {
+        throw DataError("checkpoint " + name + " holds " + std::to_string(i) +
+                            " optimizer(s), the run has " + std::to_string(optimizers.size()),
+                        name);
+      }
+      optimizers[i]->load(optimizer_archive);
+    }
+    ::torch::serialize::InputArchive extra;
+    if (archive.try_read(optimizer_key(optimizers.size()), extra)) {
+      throw DataError("checkpoint " + name + " holds more optimizers than the run's " +
+                          std::to_string(optimizers.size()),
+                      name);
+    }
     position.step = read_scalar(archive, "step");
     position.epoch = read_scalar(archive, "epoch");
     position.batch = read_scalar(archive, "batch");

@@ -43,7 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string name = "checkpoint.pt";
   try {
     replicator::torch::detail::load_checkpoint_bytes(
-        std::string_view(reinterpret_cast<const char*>(data), size), name, net, *optimizer);
+        std::string_view(reinterpret_cast<const char*>(data), size), name, net, {optimizer.get()});
   } catch (const replicator::DataError& e) {
     require(e.path() == name, "the error names the checkpoint");
     return 0;
