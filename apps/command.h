@@ -24,6 +24,9 @@ Command add_plot(CLI::App& app);
 // `replicator train classifier` (train_command.cc); built with LibTorch only. `argv` is
 // main's (the memory setting may re-execute the process).
 Command add_train_classifier(CLI::App& train, char** argv);
+// `replicator train gan` (train_gan_command.cc); built with LibTorch only. `argv` as for
+// the classifier.
+Command add_train_gan(CLI::App& train, char** argv);
 // `replicator train impala` (train_impala_command.cc); built with LibTorch only.
 Command add_train_impala(CLI::App& train);
 // `replicator bench rl` (bench_rl.cc); built with LibTorch only.

@@ -24,10 +24,11 @@ replicator::torch::TrainingPosition resume_job(ReplicaContext& ctx,
                                                replicator::torch::CheckpointFolder* folder,
                                                ::torch::nn::Module& model,
                                                const replicator::torch::Optimizers& optimizers);
-inline replicator::torch::TrainingPosition resume_job(
-    ReplicaContext& ctx, const std::filesystem::path& resume,
-    replicator::torch::CheckpointFolder* folder, ::torch::nn::Module& model,
-    ::torch::optim::Optimizer& optimizer) {
+inline replicator::torch::TrainingPosition resume_job(ReplicaContext& ctx,
+                                                      const std::filesystem::path& resume,
+                                                      replicator::torch::CheckpointFolder* folder,
+                                                      ::torch::nn::Module& model,
+                                                      ::torch::optim::Optimizer& optimizer) {
   return resume_job(ctx, resume, folder, model, replicator::torch::Optimizers{&optimizer});
 }
 

@@ -376,8 +376,7 @@ std::string optimizer_key(std::size_t i) {
 }
 
 TrainingPosition load_checkpoint_bytes(std::string_view bytes, const std::string& name,
-                                       ::torch::nn::Module& model,
-                                       const Optimizers& optimizers) {
+                                       ::torch::nn::Module& model, const Optimizers& optimizers) {
   check_zip(bytes, name);
   TrainingPosition position;
   try {

@@ -14,12 +14,12 @@ ConditionalBatchNorm2dImpl::ConditionalBatchNorm2dImpl(const ConditionalBatchNor
 }
 
 void ConditionalBatchNorm2dImpl::reset() {
-  bn = register_module("bn", CrossReplicaBatchNorm2d(CrossReplicaBatchNormOptions(
-                                                         options.num_features())
-                                                         .eps(options.eps())
-                                                         .momentum(options.momentum())
-                                                         .affine(false)
-                                                         .context(options.context())));
+  bn = register_module("bn",
+                       CrossReplicaBatchNorm2d(CrossReplicaBatchNormOptions(options.num_features())
+                                                   .eps(options.eps())
+                                                   .momentum(options.momentum())
+                                                   .affine(false)
+                                                   .context(options.context())));
   const auto projection =
       ::torch::nn::LinearOptions(options.cond_features(), options.num_features()).bias(false);
   gain = register_module("gain", SNLinear(projection, options.spectral_norm()));

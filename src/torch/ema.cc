@@ -40,8 +40,7 @@ void copy_all(const std::vector<::torch::Tensor>& from, const std::vector<::torc
 
 }  // namespace
 
-ModuleEma::ModuleEma(::torch::nn::Module& source, ::torch::nn::Module& target,
-                     EmaOptions options)
+ModuleEma::ModuleEma(::torch::nn::Module& source, ::torch::nn::Module& target, EmaOptions options)
     : options_(options) {
   if (!(options_.decay >= 0 && options_.decay < 1)) {
     throw InvalidArgument("ModuleEma: decay must be in [0, 1), got " +

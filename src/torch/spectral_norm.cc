@@ -16,9 +16,7 @@ namespace F = ::torch::nn::functional;
   return weight.reshape({weight.size(0), -1});
 }
 
-::torch::Tensor unit(const ::torch::Tensor& x, double eps) {
-  return x / x.norm().clamp_min(eps);
-}
+::torch::Tensor unit(const ::torch::Tensor& x, double eps) { return x / x.norm().clamp_min(eps); }
 
 // LibTorch's default initialization of Linear and Conv2d: kaiming_uniform(a = √5) for the
 // weight, uniform(±1/√fan_in) for the bias.
@@ -86,11 +84,11 @@ SNLinearImpl::SNLinearImpl(const ::torch::nn::LinearOptions& options_,
 }
 
 void SNLinearImpl::reset() {
-  weight = register_parameter("weight",
-                              ::torch::empty({options.out_features(), options.in_features()}));
-  bias = register_parameter("bias", options.bias() ? ::torch::empty({options.out_features()})
-                                                   : ::torch::Tensor(),
-                            /*requires_grad=*/options.bias());
+  weight =
+      register_parameter("weight", ::torch::empty({options.out_features(), options.in_features()}));
+  bias = register_parameter(
+      "bias", options.bias() ? ::torch::empty({options.out_features()}) : ::torch::Tensor(),
+      /*requires_grad=*/options.bias());
   default_init(weight, bias);
   state = SpectralNormState::for_weight(weight);
   state.u = register_buffer("u", state.u);
@@ -120,10 +118,11 @@ SNConv2dImpl::SNConv2dImpl(const ::torch::nn::Conv2dOptions& options_,
 void SNConv2dImpl::reset() {
   const auto& k = options.kernel_size();
   weight = register_parameter(
-      "weight", ::torch::empty({options.out_channels(), options.in_channels(), k->at(0), k->at(1)}));
-  bias = register_parameter("bias", options.bias() ? ::torch::empty({options.out_channels()})
-                                                   : ::torch::Tensor(),
-                            /*requires_grad=*/options.bias());
+      "weight",
+      ::torch::empty({options.out_channels(), options.in_channels(), k->at(0), k->at(1)}));
+  bias = register_parameter(
+      "bias", options.bias() ? ::torch::empty({options.out_channels()}) : ::torch::Tensor(),
+      /*requires_grad=*/options.bias());
   default_init(weight, bias);
   state = SpectralNormState::for_weight(weight);
   state.u = register_buffer("u", state.u);

@@ -111,9 +111,9 @@ TEST(SpectralNorm, NormalizedWeightMatchesTheForward) {
 
 TEST(SpectralNorm, RejectsWhatItDoesNotSupport) {
   EXPECT_THROW(rt::SpectralNormState::for_weight(torch::randn({4})), InvalidArgument);
-  EXPECT_THROW(rt::SNConv2d(torch::nn::Conv2dOptions(1, 1, 3).groups(1).padding_mode(
-                   torch::kReflect)),
-               InvalidArgument);
+  EXPECT_THROW(
+      rt::SNConv2d(torch::nn::Conv2dOptions(1, 1, 3).groups(1).padding_mode(torch::kReflect)),
+      InvalidArgument);
   rt::SpectralNormState state = rt::SpectralNormState::for_weight(torch::randn({3, 4}));
   EXPECT_THROW(state.normalize(torch::randn({4, 4}), true, {}), InvalidArgument);
   EXPECT_THROW(
@@ -160,7 +160,8 @@ void expect_cbn_replicas_match_one(int replicas) {
   };
   rt::ConditionalBatchNorm2d single = make();
   std::vector<CbnStep> expected;
-  for (int s = 0; s < kSteps; ++s) expected.push_back(cbn_step(single, inputs[s], conds[s], grads[s]));
+  for (int s = 0; s < kSteps; ++s)
+    expected.push_back(cbn_step(single, inputs[s], conds[s], grads[s]));
 
   std::vector<rt::ConditionalBatchNorm2d> layers;
   for (int r = 0; r < replicas; ++r) layers.push_back(make());

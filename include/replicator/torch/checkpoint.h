@@ -1,8 +1,9 @@
 // Checkpoints of a data-parallel training run: the model's parameters and buffers, the
-// optimizers' states (one, or several for a loop with several, as a GAN's G and D), where the run is (step, epoch, next batch) and LibTorch's default CPU
-// generator. Nothing in a checkpoint depends on the replica count (every replica holds the
-// same model and optimizer state, and data positions count global batches), so a run can
-// resume on a different number of replicas; with the same count it resumes bitwise.
+// optimizers' states (one, or several for a loop with several, as a GAN's G and D), where the run
+// is (step, epoch, next batch) and LibTorch's default CPU generator. Nothing in a checkpoint
+// depends on the replica count (every replica holds the same model and optimizer state, and data
+// positions count global batches), so a run can resume on a different number of replicas; with the
+// same count it resumes bitwise.
 #pragma once
 
 #include <torch/nn/module.h>

@@ -11,7 +11,7 @@
 namespace replicator::torch {
 
 struct EmaOptions {
-  double decay = 0.999;      // in [0, 1)
+  double decay = 0.999;         // in [0, 1)
   std::int64_t start_step = 0;  // before it, update() copies the source
 };
 

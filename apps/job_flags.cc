@@ -1,0 +1,55 @@
+#include "apps/job_flags.h"
+
+#include "apps/engine_choice.h"
+
+namespace replicator::apps {
+
+Config JobFlags::config(const std::string& command) const {
+  return job_config(engine, command, replicas_option != nullptr && replicas_option->count() > 0,
+                    replicas, timeout);
+}
+
+void add_job_flags(CLI::App* app, JobFlags& f, const JobFlagTargets& t, const JobFlagHelp& help) {
+  f.replicas_option =
+      app->add_option("--replicas", f.replicas,
+                      "Replicas (threads) in this process; default " + help.replicas +
+                          " on the local engine, REPLICATOR_LOCAL_REPLICAS or 1 across processes")
+          ->check(CLI::Range(1, 1024));
+  app->add_option("--engine", f.engine,
+                  "local, mpi or gloo; must match how the processes were started (default: "
+                  "what the environment selects)")
+      ->check(CLI::IsMember({"local", "mpi", "gloo"}));
+  app->add_option("--timeout", f.timeout, "Deadline of every collective, e.g. 30s");
+  app->add_option(
+      "--out", f.out,
+      "Folder for " + help.out + "; a run resumes from the newest checkpoint there that loads");
+  app->add_option("--resume", f.resume,
+                  "Continue from this checkpoint instead of the newest in --out");
+  app->add_option("--tensorboard", f.tensorboard,
+                  "Folder for TensorBoard event files (tensorboard --logdir FOLDER)");
+  app->add_option("--keep-checkpoints", *t.keep_checkpoints,
+                  "Checkpoints kept in --out (the newest)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  app->add_option("--checkpoint-every", *t.checkpoint_every, help.checkpoint_every)
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--threads", *t.threads, "LibTorch intra-op threads per process")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app->add_option("--seed", *t.seed, "Seed of everything random in the run")->capture_default_str();
+  bool* progress = t.progress;
+  app->add_flag(
+      "--no-progress", [progress](std::int64_t) { *progress = false; },
+      "No progress line on the terminal");
+  if (help.memory) {
+    app->add_option(
+           "--memory", f.memory,
+           "keep (default): run on jemalloc with purging off, so freed memory stays mapped for "
+           "reuse; system: glibc's defaults")
+        ->check(CLI::IsMember({"keep", "system"}));
+  }
+  app->add_flag("--json", f.json, "Print the result as one JSON object on stdout");
+}
+
+}  // namespace replicator::apps

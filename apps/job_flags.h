@@ -1,0 +1,51 @@
+// The flags every training job's command shares (`replicator train classifier|impala|gan`):
+// where the job runs (--engine, --replicas, --timeout), where it writes (--out, --resume,
+// --tensorboard, --keep-checkpoints, --checkpoint-every), how it runs (--threads,
+// --memory, --no-progress, --seed) and --json. A job's command adds its own flags beside.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "replicator/config.h"
+
+namespace replicator::apps {
+
+struct JobFlags {
+  std::string engine;
+  int replicas = 1;
+  CLI::Option* replicas_option = nullptr;
+  std::string timeout;
+  std::string out;
+  std::string resume;
+  std::string tensorboard;
+  std::string memory = "keep";
+  bool json = false;
+
+  // job_config of these flags; `command` as typed ("train gan"). Throws ConfigError.
+  Config config(const std::string& command) const;
+};
+
+// Where the shared flags that live in a job's own options struct go.
+struct JobFlagTargets {
+  int* keep_checkpoints;
+  std::int64_t* checkpoint_every;
+  int* threads;
+  bool* progress;
+  std::uint64_t* seed;
+};
+
+struct JobFlagHelp {
+  std::string replicas;  // what --replicas defaults to
+  std::string out;       // what --out holds
+  std::string checkpoint_every;
+  bool memory = false;  // whether the job offers --memory
+};
+
+// Adds the shared flags to `app`, bound to `flags` and `targets` (which must outlive the
+// parse). Never throws but std::bad_alloc (CLI11 throws on a duplicate flag name).
+void add_job_flags(CLI::App* app, JobFlags& flags, const JobFlagTargets& targets,
+                   const JobFlagHelp& help);
+
+}  // namespace replicator::apps

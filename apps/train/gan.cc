@@ -1,0 +1,369 @@
+#include "apps/train/gan.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "apps/pictures/plot.h"
+#include "apps/pictures/png.h"
+#include "apps/train/job.h"
+#include "apps/train/job_checkpoint.h"
+#include "replicator/data/sharded_loader.h"
+#include "replicator/errors.h"
+#include "replicator/replicator.h"
+#include "replicator/torch.h"
+
+namespace replicator::apps {
+namespace {
+
+namespace rt = replicator::torch;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// What draws the noise of a batch. Roles keep the streams of one step apart.
+enum class Role : std::uint64_t { kDiscriminator = 1, kGenerator = 2, kStanding = 3, kGrid = 4 };
+
+std::uint64_t mix(std::uint64_t x) {  // splitmix64's finalizer
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// z [rows, z_dim] and labels [rows] for rows [begin, begin + rows) of a global batch of
+// `global` drawn from (seed, step, role, index): the same rows for every replica count.
+std::pair<::torch::Tensor, ::torch::Tensor> noise(const BigGanOptions& model, std::uint64_t seed,
+                                                  std::int64_t step, Role role, std::int64_t index,
+                                                  std::int64_t global, std::int64_t begin,
+                                                  std::int64_t rows) {
+  const std::uint64_t s =
+      mix(mix(mix(seed) ^ static_cast<std::uint64_t>(step)) ^
+          (static_cast<std::uint64_t>(role) << 32 | static_cast<std::uint64_t>(index)));
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(s);
+  const ::torch::Tensor z = ::torch::randn({global, model.z_dim()}, gen);
+  const ::torch::Tensor labels = ::torch::randint(model.classes, {global}, gen);
+  return {z.slice(0, begin, begin + rows), labels.slice(0, begin, begin + rows)};
+}
+
+// The loader's normalized pixels back to [-1, 1].
+::torch::Tensor to_gan_range(const ::torch::Tensor& normalized) {
+  return (normalized * 0.3530f + 0.2860f) * 2 - 1;
+}
+
+::torch::Tensor to_pixels(const ::torch::Tensor& images) {
+  return ((images.squeeze(1) + 1) * 127.5).round().clamp(0, 255).to(::torch::kUInt8);
+}
+
+void set_requires_grad(::torch::nn::Module& module, bool on) {
+  for (auto& p : module.parameters()) p.requires_grad_(on);
+}
+
+// The real batches, epoch after epoch, and where the next one comes from.
+class RealBatches {
+ public:
+  RealBatches(data::ShardedLoader loader, const rt::TrainingPosition& from)
+      : loader_(std::move(loader)), epoch_(from.epoch), next_(from.batch) {
+    loader_.start_epoch(epoch_, next_);
+  }
+  data::Batch next() {
+    for (;;) {
+      if (std::optional<data::Batch> batch = loader_.next()) {
+        next_ = batch->index + 1;
+        return std::move(*batch);
+      }
+      loader_.start_epoch(++epoch_, next_ = 0);
+    }
+  }
+  std::int64_t epoch() const { return epoch_; }
+  std::int64_t next_index() const { return next_; }
+
+ private:
+  data::ShardedLoader loader_;
+  std::int64_t epoch_, next_;
+};
+
+// Sums over the steps since the last report (all-reduced to their mean over replicas).
+enum Sum { kDLoss, kGLoss, kDReal, kDFake, kSteps, kSums };
+
+}  // namespace
+
+GanResult train_gan(const GanOptions& o) {
+  if (o.global_batch < 1 || o.steps < 0 || o.d_steps < 1 || o.accumulate < 1 || o.threads < 1 ||
+      o.report_every < 1 || o.standing_batches < 1) {
+    throw InvalidArgument(
+        "train gan needs a global batch, --d-steps, --accumulate, --threads, --report-every and "
+        "--standing-batches of at least 1 and --steps of at least 0");
+  }
+  at::set_num_threads(o.threads);
+  const std::filesystem::path dir =
+      o.data_dir.empty() ? data::default_fashion_mnist_dir() : o.data_dir;
+  const auto train_set =
+      std::make_shared<const data::Examples>(data::read_fashion_mnist(dir, data::Split::kTrain));
+
+  Replicator replicator(o.config);
+  const int R = replicator.num_replicas();
+  if (o.global_batch % (R * o.accumulate) != 0) {
+    throw InvalidArgument("the global batch (" + std::to_string(o.global_batch) +
+                          ") must be a multiple of replicas x --accumulate (" + std::to_string(R) +
+                          " x " + std::to_string(o.accumulate) + ")");
+  }
+  const std::int64_t rows = o.global_batch / R;
+  const std::int64_t micro = rows / o.accumulate;
+  std::mutex init_mutex;
+
+  const auto train_replica = [&](ReplicaContext& ctx) {
+    GanResult result;
+    result.reporter = ctx.replica_id() == 0;
+    result.replicas = R;
+    result.local_replicas = ctx.num_local_replicas();
+    result.processes = R / ctx.num_local_replicas();
+    const std::int64_t first_row = ctx.replica_id() * rows;
+
+    GanModels models{nullptr};
+    {
+      const std::lock_guard<std::mutex> lock(init_mutex);
+      ::torch::manual_seed(o.seed);
+      models = GanModels(o.model);
+      orthogonal_init(*models->generator);
+      orthogonal_init(*models->discriminator);
+    }
+    rt::broadcast_parameters(ctx, *models);
+    Generator& G = models->generator;
+    Discriminator& D = models->discriminator;
+    const auto adam = [](::torch::nn::Module& m, double lr) {
+      return std::make_shared<::torch::optim::Adam>(
+          m.parameters(), ::torch::optim::AdamOptions(lr).betas({0.0, 0.999}).eps(1e-6));
+    };
+    auto adam_g = adam(*G, o.lr_g);
+    auto adam_d = adam(*D, o.lr_d);
+    // With micro-batches every backward adds to the gradients: reduce once, after the last.
+    const rt::GradientOptions reduce{.overlap = o.accumulate == 1};
+    rt::ReplicatedOptimizer opt_g(ctx, adam_g, reduce);
+    rt::ReplicatedOptimizer opt_d(ctx, adam_d, reduce);
+
+    std::optional<rt::CheckpointFolder> folder;
+    if (!o.out.empty()) folder.emplace(o.out, o.keep_checkpoints);
+    const rt::Optimizers optimizers{adam_g.get(), adam_d.get()};
+    // A copy of G here; a checkpoint then loads the EMA it saved (in place: ModuleEma's
+    // handles stay valid).
+    rt::ModuleEma ema(*G, *models->ema, {.decay = o.ema_decay, .start_step = o.ema_start});
+    const rt::TrainingPosition position =
+        resume_job(ctx, o.resume, folder ? &*folder : nullptr, *models, optimizers);
+
+    RealBatches real(data::ShardedLoader(train_set, {.global_batch = o.global_batch,
+                                                     .replica = ctx.replica_id(),
+                                                     .num_replicas = R,
+                                                     .seed = o.seed}),
+                     position);
+    const std::int64_t last = std::max(position.step, o.steps);
+    std::optional<JobReporter> reporter;
+    if (result.reporter) {
+      reporter.emplace(JobReporterOptions{.out = o.out,
+                                          .progress = o.progress,
+                                          .resume_step = position.step,
+                                          .steps_to_run = last - position.step});
+    }
+    std::int64_t step = position.step;
+    const auto checkpoint = [&] {
+      if (result.reporter && folder) {
+        folder->save(*models, optimizers,
+                     {.step = step, .epoch = real.epoch(), .batch = real.next_index()});
+      }
+    };
+
+    // The sample grid: one row per class, the same noise every time.
+    const auto samples = [&] {
+      Generator& E = models->ema;
+      standing_statistics_for_sampling(E, o.standing_batches, o.global_batch, first_row, rows,
+                                       o.seed ^ static_cast<std::uint64_t>(step));
+      if (result.reporter) {
+        const ::torch::NoGradGuard no_grad;
+        constexpr std::int64_t kCols = 10;
+        auto [z, ignored] = noise(o.model, o.seed, 0, Role::kGrid, 0, kCols, 0, kCols);
+        const ::torch::Tensor zs = z.repeat({o.model.classes, 1});
+        const ::torch::Tensor ys = ::torch::arange(o.model.classes).repeat_interleave(kCols);
+        const ::torch::Tensor pixels = to_pixels(E(zs, ys)).contiguous();
+        if (!o.out.empty()) {
+          const Image grid = tile_images(
+              {pixels.data_ptr<std::uint8_t>(), static_cast<std::size_t>(pixels.numel())},
+              static_cast<int>(zs.size(0)), 28, 28, 1, {.cols = kCols});
+          char name[40];
+          std::snprintf(name, sizeof name, "samples-%09lld.png", static_cast<long long>(step));
+          write_png(o.out / name, grid);
+          write_png(o.out / "samples.png", grid);
+        }
+        if (o.quality) {
+          nlohmann::ordered_json record{{"type", "quality"}, {"step", step}};
+          std::string line = "step " + std::to_string(step) + ":";
+          for (const auto& [name, value] : o.quality(E, step)) {
+            record[name] = value;
+            char text[80];
+            std::snprintf(text, sizeof text, " %s %.4g", name.c_str(), value);
+            line += text;
+          }
+          reporter->note(line);
+          reporter->metric(record);
+        }
+      }
+      E->train();
+    };
+
+    double window[kSums] = {};
+    std::int64_t timed_steps = 0;
+    const Clock::time_point started = Clock::now();
+    Clock::time_point timed_from = started;
+    const auto rows_of = [&](const ::torch::Tensor& t, int k) {
+      return t.slice(0, k * micro, (k + 1) * micro);
+    };
+    while (step < last) {
+      if (step - position.step == o.timed_after) timed_from = Clock::now();
+      for (int d = 0; d < o.d_steps; ++d) {
+        const data::Batch batch = real.next();
+        const ::torch::Tensor images = to_gan_range(batch.images);
+        auto [z, y] =
+            noise(o.model, o.seed, step, Role::kDiscriminator, d, o.global_batch, first_row, rows);
+        opt_d.zero_grad();
+        for (int k = 0; k < o.accumulate; ++k) {
+          ::torch::Tensor fake;
+          {
+            const ::torch::NoGradGuard no_grad;
+            fake = G(rows_of(z, k), rows_of(y, k));
+          }
+          const ::torch::Tensor real_scores = D(rows_of(images, k), rows_of(batch.labels, k));
+          const ::torch::Tensor fake_scores = D(fake, rows_of(y, k));
+          auto [loss_real, loss_fake] = hinge_d_loss(real_scores, fake_scores);
+          ((loss_real + loss_fake) / o.accumulate).backward();
+          if (d == o.d_steps - 1) {
+            window[kDLoss] += (loss_real + loss_fake).item<double>() / o.accumulate;
+            window[kDReal] += real_scores.mean().item<double>() / o.accumulate;
+            window[kDFake] += fake_scores.mean().item<double>() / o.accumulate;
+          }
+        }
+        opt_d.step();
+      }
+      auto [z, y] =
+          noise(o.model, o.seed, step, Role::kGenerator, 0, o.global_batch, first_row, rows);
+      set_requires_grad(*D, false);
+      opt_g.zero_grad();
+      for (int k = 0; k < o.accumulate; ++k) {
+        const ::torch::Tensor loss =
+            hinge_g_loss(D(G(rows_of(z, k), rows_of(y, k)), rows_of(y, k)));
+        (loss / o.accumulate).backward();
+        window[kGLoss] += loss.item<double>() / o.accumulate;
+      }
+      opt_g.step();
+      set_requires_grad(*D, true);
+      ++step;
+      ema.update(step);
+      window[kSteps] += 1;
+      if (step - position.step > o.timed_after) ++timed_steps;
+      if (reporter) reporter->count_step();
+
+      if (step % o.report_every == 0 || step == last) {
+        ctx.all_reduce(window, {.op = ReduceOp::kMean});
+        const double n = window[kSteps];
+        result.d_loss = window[kDLoss] / n;
+        result.g_loss = window[kGLoss] / n;
+        if (reporter) {
+          const double timed = seconds_since(timed_from);
+          const double rate =
+              timed_steps > 0 ? static_cast<double>(timed_steps * o.global_batch) / timed : 0;
+          char line[200];
+          std::snprintf(line, sizeof line,
+                        "step %lld/%lld  D %.3f  G %.3f  D(real) %.2f  D(fake) %.2f  "
+                        "%.0f images/s  ETA %s",
+                        static_cast<long long>(step), static_cast<long long>(last), result.d_loss,
+                        result.g_loss, window[kDReal] / n, window[kDFake] / n, rate,
+                        clock_text(reporter->eta(seconds_since(started))).c_str());
+          reporter->progress(line);
+          reporter->metric({{"type", "train"},
+                            {"step", step},
+                            {"d_loss", result.d_loss},
+                            {"g_loss", result.g_loss},
+                            {"d_real", window[kDReal] / n},
+                            {"d_fake", window[kDFake] / n},
+                            {"images_per_s", rate},
+                            {"elapsed_s", seconds_since(started)}});
+        }
+        std::fill(std::begin(window), std::end(window), 0.0);
+      }
+      if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step < last) checkpoint();
+      if (o.sample_every > 0 && step % o.sample_every == 0 && step < last) samples();
+    }
+    result.seconds = seconds_since(started);
+    const double timed = seconds_since(timed_from);
+    result.images_per_s =
+        timed_steps > 0 ? static_cast<double>(timed_steps * o.global_batch) / timed : 0;
+    result.steps = step;
+    checkpoint();
+    samples();
+    if (reporter) reporter->finish();
+    if (reporter && !o.out.empty()) {
+      std::vector<Chart> charts = charts_from_metrics(
+          reporter->metrics_path(), "step",
+          {{"d_loss", "g_loss"}, {"d_real", "d_fake"}, {"fd"}, {"gan_test_accuracy"}}, "",
+          /*skip_empty=*/true);
+      if (!charts.empty()) write_png(o.out / "curves.png", render_charts(charts));
+    }
+    result.digest = check_replicas_agree(ctx, *models);
+    return result;
+  };
+  auto results = replicator.run([&](ReplicaContext& ctx) {
+    try {
+      return train_replica(ctx);
+    } catch (const c10::Error& e) {
+      throw Error(std::string("LibTorch: ") + e.what_without_backtrace());
+    }
+  });
+  for (int local = 0; local < replicator.num_local_replicas(); ++local) {
+    if (results[local].reporter) return results[local];
+  }
+  return results[0];
+}
+
+void standing_statistics_for_sampling(Generator& generator, int batches, std::int64_t global,
+                                      std::int64_t begin, std::int64_t rows, std::uint64_t seed) {
+  rt::standing_statistics(*generator, batches, [&](int i) {
+    auto [z, y] = noise(generator->options(), seed, 0, Role::kStanding, i, global, begin, rows);
+    generator(z, y);
+  });
+}
+
+GanModelsImpl::GanModelsImpl(const BigGanOptions& options)
+    : generator(register_module("generator", Generator(options))),
+      discriminator(register_module("discriminator", Discriminator(options))),
+      ema(register_module("ema", Generator(options))) {}
+
+GanModels load_gan_checkpoint(const std::filesystem::path& checkpoint, const BigGanOptions& model) {
+  GanModels models(model);
+  ::torch::optim::Adam g(models->generator->parameters(), ::torch::optim::AdamOptions(1e-4));
+  ::torch::optim::Adam d(models->discriminator->parameters(), ::torch::optim::AdamOptions(1e-4));
+  rt::load_checkpoint(checkpoint, *models, rt::Optimizers{&g, &d});
+  models->eval();
+  return models;
+}
+
+data::Examples sample_examples(Generator& generator, std::int64_t per_class, std::uint64_t seed,
+                               std::int64_t batch) {
+  const ::torch::NoGradGuard no_grad;
+  const BigGanOptions& model = generator->options();
+  const std::int64_t n = per_class * model.classes;
+  data::Examples out{::torch::empty({n, 28, 28}, ::torch::kUInt8),
+                     ::torch::arange(model.classes).repeat_interleave(per_class)};
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(mix(seed));
+  for (std::int64_t begin = 0; begin < n; begin += batch) {
+    const std::int64_t end = std::min(n, begin + batch);
+    const ::torch::Tensor z = ::torch::randn({end - begin, model.z_dim()}, gen);
+    out.images.slice(0, begin, end).copy_(to_pixels(generator(z, out.labels.slice(0, begin, end))));
+  }
+  return out;
+}
+
+}  // namespace replicator::apps
