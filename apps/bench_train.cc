@@ -1,10 +1,11 @@
-// `replicator bench train`: training throughput of the train job in several layouts,
-// each run as its own process(es) so that every configuration starts from a clean heap:
+// `replicator bench train` and `replicator bench gan`: training throughput of the classifier
+// job and of the GAN job in several layouts, each run as its own process(es) so that every
+// configuration starts from a clean heap:
 //   local 1 replica x 1 thread, 1 replica x 2 threads, 2 replicas x 1 thread;
 //   mpi 2 processes x 1 replica (mpirun), gloo 2 processes x 1 replica (`replicator launch`);
 //   the peer a user would otherwise pick: PyTorch DDP over gloo, 2 processes x 1 thread
-//   (bench/ddp_train.py: the same network with per-process batch norm, as DDP on CPU has
-//   no synchronized batch norm), same batch and memory setting.
+//   (bench/ddp_train.py, bench/ddp_gan.py: the same networks with per-process batch norm,
+//   as DDP on CPU has no synchronized batch norm), same batch and memory setting.
 // Each configuration runs --repeats times, interleaved (repeat r of every configuration,
 // then repeat r+1), with and without the memory setting; rows give the median and range
 // of images/s over the timed steps, and the ratios the targets are about, from medians
@@ -35,11 +36,21 @@ namespace {
 using Json = nlohmann::ordered_json;
 using bench::median;
 
+// What differs between the jobs measured.
+struct BenchJob {
+  std::string name;          // "train", "gan"
+  std::string peer_script;   // in bench/
+  int steps, warmup, batch;  // defaults
+};
+
 struct BenchTrainFlags {
+  BenchJob job;
   int steps = 40;
   int warmup = 10;
   int repeats = 3;
   int batch = 256;
+  int width = 32;   // gan
+  int d_steps = 1;  // gan
   std::string memory = "both";
   std::vector<std::string> configs;
   std::string python = "/usr/bin/python3";
@@ -71,10 +82,14 @@ double images_per_s_of(const std::string& output, const std::string& command) {
 std::string command_for(const BenchTrainFlags& f, const Configuration& c, MemoryMode memory) {
   const std::string self = quote(self_path());
   const std::string mode(to_string(memory));
-  const std::string job = " train classifier --no-eval --no-augment --no-progress --json" +
-                          std::string(" --steps ") + std::to_string(f.steps + f.warmup) +
-                          " --timed-after " + std::to_string(f.warmup) + " --batch " +
-                          std::to_string(f.batch) + " --threads " + std::to_string(c.threads) +
+  const bool gan = f.job.name == "gan";
+  const std::string model =
+      gan ? " --width " + std::to_string(f.width) + " --d-steps " + std::to_string(f.d_steps) : "";
+  const std::string job = (gan ? " train gan --sample-every 0 --standing-batches 1 --global-batch "
+                               : " train classifier --no-eval --no-augment --batch ") +
+                          std::to_string(f.batch) + model + " --no-progress --json --steps " +
+                          std::to_string(f.steps + f.warmup) + " --timed-after " +
+                          std::to_string(f.warmup) + " --threads " + std::to_string(c.threads) +
                           " --memory " + mode;
   if (c.engine == "local") {
     return self + job + " --replicas " + std::to_string(c.replicas) + " 2>/dev/null";
@@ -92,7 +107,7 @@ std::string command_for(const BenchTrainFlags& f, const Configuration& c, Memory
   return memory_mode_environment(memory) + " " + quote(f.python) + " " + quote(f.ddp_script) +
          " --processes " + std::to_string(c.processes) + " --threads " + std::to_string(c.threads) +
          " --batch " + std::to_string(f.batch) + " --steps " + std::to_string(f.steps) +
-         " --warmup " + std::to_string(f.warmup) + " 2>/dev/null";
+         " --warmup " + std::to_string(f.warmup) + model + " 2>/dev/null";
 }
 
 int run_bench_train(const BenchTrainFlags& f) {
@@ -114,8 +129,9 @@ int run_bench_train(const BenchTrainFlags& f) {
     for (std::filesystem::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path();
          dir = dir.parent_path()) {
       for (const auto* folder : {"bench", "share/replicator"}) {
-        if (flags.ddp_script.empty() && std::filesystem::exists(dir / folder / "ddp_train.py")) {
-          flags.ddp_script = (dir / folder / "ddp_train.py").string();
+        const std::filesystem::path script = dir / folder / f.job.peer_script;
+        if (flags.ddp_script.empty() && std::filesystem::exists(script)) {
+          flags.ddp_script = script.string();
         }
       }
       if (!flags.ddp_script.empty()) break;
@@ -124,9 +140,9 @@ int run_bench_train(const BenchTrainFlags& f) {
   // Checked before a minute is spent measuring.
   for (const Configuration& c : configs) {
     if (c.engine == "ddp-gloo" && flags.ddp_script.empty()) {
-      throw ConfigError(
-          "bench/ddp_train.py not found next to the build nor in share/replicator of the "
-          "installation; pass --ddp-script");
+      throw ConfigError("bench/" + f.job.peer_script +
+                        " not found next to the build nor in share/replicator of the "
+                        "installation; pass --ddp-script");
     }
   }
 
@@ -152,8 +168,8 @@ int run_bench_train(const BenchTrainFlags& f) {
   };
   if (!f.json) {
     std::printf(
-        "# train throughput: batch %d, %d timed steps after %d, median [min..max] of %d runs\n",
-        f.batch, f.steps, f.warmup, f.repeats);
+        "# %s throughput: batch %d, %d timed steps after %d, median [min..max] of %d runs\n",
+        f.job.name.c_str(), f.batch, f.steps, f.warmup, f.repeats);
     std::printf("%-13s %-9s %9s %8s %7s %-7s %10s %21s %9s\n", "config", "engine", "processes",
                 "replicas", "threads", "memory", "images/s", "[min..max]", "vs 1x1");
   }
@@ -165,7 +181,7 @@ int run_bench_train(const BenchTrainFlags& f) {
       const char* mode = to_string(memory);
       if (f.json) {
         Json j;
-        j["type"] = "train";
+        j["type"] = f.job.name;
         j["config"] = c.name;
         j["engine"] = c.engine;
         j["processes"] = c.processes;
@@ -191,6 +207,8 @@ int run_bench_train(const BenchTrainFlags& f) {
       if (num > 0 && den > 0) std::printf("# %-48s %.2f\n", label, num / den);
     };
     ratio("local 2x1 / local 1x1 (memory keep)", two, med("local-1x1", k));
+    ratio("mpi 2x1 / local 1x1 (keep)", med("mpi-2x1", k), med("local-1x1", k));
+    ratio("gloo 2x1 / local 1x1 (keep)", med("gloo-2x1", k), med("local-1x1", k));
     ratio("local 2x1 / local 1 replica x 2 threads (keep)", two, med("local-1x2t", k));
     ratio("local 2x1 / DDP gloo 2x1 (keep)", two, med("ddp-gloo-2x1", k));
     ratio("memory keep / system, local 1x1", med("local-1x1", k),
@@ -200,27 +218,56 @@ int run_bench_train(const BenchTrainFlags& f) {
   return 0;
 }
 
-}  // namespace
-
-Command add_bench_train(CLI::App& bench) {
+Command add_bench_job(CLI::App& bench, const BenchJob& job, const std::string& help) {
   auto flags = std::make_shared<BenchTrainFlags>();
-  CLI::App* app = bench.add_subcommand(
-      "train",
-      "Training throughput (images/s) of the train job in several layouts, and PyTorch DDP");
-  app->add_option("--steps", flags->steps, "Timed steps per run")->check(CLI::Range(1, 100000));
+  flags->job = job;
+  flags->steps = job.steps;
+  flags->warmup = job.warmup;
+  flags->batch = job.batch;
+  CLI::App* app = bench.add_subcommand(job.name, help);
+  app->add_option("--steps", flags->steps, "Timed steps per run")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
   app->add_option("--warmup", flags->warmup, "Untimed steps before them")
+      ->capture_default_str()
       ->check(CLI::Range(0, 100000));
   app->add_option("--repeats", flags->repeats, "Runs per configuration (median reported)")
       ->check(CLI::Range(1, 100));
-  app->add_option("--batch", flags->batch, "Global batch")->check(CLI::Range(2, 1 << 20));
+  app->add_option("--batch", flags->batch, "Global batch")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 1 << 20));
+  if (job.name == "gan") {
+    app->add_option("--width", flags->width, "Width of G and D")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 4096));
+    app->add_option("--d-steps", flags->d_steps, "D steps per G step")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 100));
+  }
   app->add_option("--memory", flags->memory, "keep, system or both")
       ->check(CLI::IsMember({"keep", "system", "both"}));
   app->add_option("--configs", flags->configs,
                   "Subset of: local-1x1 local-1x2t local-2x1 mpi-2x1 gloo-2x1 ddp-gloo-2x1");
   app->add_option("--python", flags->python, "Python with torch, for the DDP run");
-  app->add_option("--ddp-script", flags->ddp_script, "Path of bench/ddp_train.py");
+  app->add_option("--ddp-script", flags->ddp_script, "Path of bench/" + job.peer_script);
   app->add_flag("--json", flags->json, "One JSON object per configuration and memory setting");
   return {app, [flags] { return run_bench_train(*flags); }};
+}
+
+}  // namespace
+
+Command add_bench_train(CLI::App& bench) {
+  return add_bench_job(
+      bench,
+      {.name = "train", .peer_script = "ddp_train.py", .steps = 40, .warmup = 10, .batch = 256},
+      "Training throughput (images/s) of the classifier job in several layouts, and PyTorch DDP");
+}
+
+Command add_bench_gan(CLI::App& bench) {
+  return add_bench_job(
+      bench, {.name = "gan", .peer_script = "ddp_gan.py", .steps = 20, .warmup = 3, .batch = 64},
+      "Training throughput (images/s, one D and one G step per step) of the GAN job in several "
+      "layouts, and PyTorch DDP");
 }
 
 }  // namespace replicator::apps

@@ -31,7 +31,9 @@ Command add_train_gan(CLI::App& train, char** argv);
 Command add_train_impala(CLI::App& train);
 // `replicator bench rl` (bench_rl.cc); built with LibTorch only.
 Command add_bench_rl(CLI::App& bench);
-// `replicator bench train` (bench_train.cc); built with LibTorch only.
+// `replicator bench train` and `replicator bench gan` (bench_train.cc); built with LibTorch
+// only.
 Command add_bench_train(CLI::App& bench);
+Command add_bench_gan(CLI::App& bench);
 
 }  // namespace replicator::apps

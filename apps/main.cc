@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   commands.push_back(replicator::apps::add_train_impala(*train));
   commands.push_back(replicator::apps::add_train_gan(*train, argv));
   commands.push_back(replicator::apps::add_bench_train(*bench));
+  commands.push_back(replicator::apps::add_bench_gan(*bench));
   commands.push_back(replicator::apps::add_bench_rl(*bench));
 #endif
 
