@@ -24,6 +24,7 @@ struct TrainFlags {
   std::string timeout;
   std::string data_dir;
   std::string out;
+  std::string tensorboard;
   std::string resume;
   std::int64_t bucket_kib = std::int64_t{25} * 1024;
   bool no_overlap = false;
@@ -40,6 +41,7 @@ int run_train(const TrainFlags& f) {
                         f.timeout);
   o.data_dir = f.data_dir;
   o.out = f.out;
+  o.tensorboard = f.tensorboard;
   o.resume = f.resume;
   if (f.bucket_kib < 1) throw ConfigError("--bucket-kib must be at least 1");
   o.bucket_bytes = static_cast<std::size_t>(f.bucket_kib) << 10;
@@ -111,6 +113,9 @@ Command add_train_classifier(CLI::App& train, char** argv) {
                   "newest checkpoint there that loads");
   app->add_option("--resume", flags->resume,
                   "Continue from this checkpoint instead of the newest in --out");
+  app->add_option("--tensorboard", flags->tensorboard,
+                  "TensorBoard log folder for the metrics (and, with --out, the curves picture); "
+                  "see them with `tensorboard --logdir DIR`");
   app->add_option("--keep-checkpoints", o.keep_checkpoints,
                   "Checkpoints kept in --out (the newest)")
       ->capture_default_str()

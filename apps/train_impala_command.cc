@@ -22,6 +22,7 @@ struct ImpalaFlags {
   CLI::Option* replicas_option = nullptr;
   std::string timeout;
   std::string out;
+  std::string tensorboard;
   std::string resume;
   bool json = false;
 };
@@ -31,6 +32,7 @@ int run_impala(const ImpalaFlags& f) {
   o.config =
       job_config(f.engine, "train impala", f.replicas_option->count() > 0, f.replicas, f.timeout);
   o.out = f.out;
+  o.tensorboard = f.tensorboard;
   o.resume = f.resume;
 
   const ImpalaResult r = train_impala(o);
@@ -147,6 +149,9 @@ Command add_train_impala(CLI::App& train) {
                   "run resumes from the newest checkpoint there that loads");
   app->add_option("--resume", flags->resume,
                   "Continue from this checkpoint instead of the newest in --out");
+  app->add_option("--tensorboard", flags->tensorboard,
+                  "TensorBoard log folder for the metrics; see them with "
+                  "`tensorboard --logdir DIR`");
   app->add_option("--keep-checkpoints", o.keep_checkpoints, "Checkpoints kept in --out")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));

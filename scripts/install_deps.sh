@@ -16,7 +16,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev
   libopenmpi-dev openmpi-bin
   libgloo-dev libhiredis-dev redis-server iproute2
-  libtorch-dev zlib1g-dev dataset-fashion-mnist python3-torch python3-numpy
+  libtorch-dev zlib1g-dev libpng-dev dataset-fashion-mnist python3-torch python3-numpy
   libjemalloc2
   clang-format clang-tidy time
   clang libclang-rt-14-dev

@@ -18,8 +18,8 @@ void check_shape(int width, int height, int channels) {
     throw InvalidArgument("an image needs a non-negative size, got " + std::to_string(width) +
                           " x " + std::to_string(height));
   }
-  if (channels != 1 && channels != 3) {
-    throw InvalidArgument("an image has 1 (gray) or 3 (RGB) channels, got " +
+  if (channels != 1 && channels != 3 && channels != 4) {
+    throw InvalidArgument("an image has 1 (gray), 3 (RGB) or 4 (RGBA) channels, got " +
                           std::to_string(channels));
   }
 }
@@ -92,8 +92,10 @@ std::vector<std::uint8_t> encode_png(int width, int height, int channels,
   std::vector<std::uint8_t> ihdr;
   put_u32(ihdr, static_cast<std::uint32_t>(width));
   put_u32(ihdr, static_cast<std::uint32_t>(height));
-  // Bit depth 8; colour type 0 (gray) or 2 (RGB); deflate, adaptive filters, no interlace.
-  ihdr.insert(ihdr.end(), {8, static_cast<std::uint8_t>(channels == 1 ? 0 : 2), 0, 0, 0});
+  // Bit depth 8; colour type 0 (gray), 2 (RGB) or 6 (RGBA); deflate, adaptive filters, no
+  // interlace.
+  const std::uint8_t colour_type = channels == 1 ? 0 : channels == 3 ? 2 : 6;
+  ihdr.insert(ihdr.end(), {8, colour_type, 0, 0, 0});
   put_chunk(png, "IHDR", ihdr);
   put_chunk(png, "IDAT", deflated);
   put_chunk(png, "IEND", {});

@@ -11,7 +11,7 @@
 namespace replicator::apps {
 
 // An 8-bit image, rows top to bottom, each pixel's `channels` bytes together (1: gray,
-// 3: RGB). pixels.size() == width * height * channels.
+// 3: RGB, 4: RGBA). pixels.size() == width * height * channels.
 struct Image {
   int width = 0;
   int height = 0;
@@ -19,7 +19,7 @@ struct Image {
   std::vector<std::uint8_t> pixels;
 
   // A width x height image with every byte `fill`. Throws InvalidArgument on a negative
-  // size or channels other than 1 and 3.
+  // size or channels other than 1, 3 and 4.
   static Image filled(int width, int height, int channels, std::uint8_t fill);
   std::uint8_t* at(int x, int y) {
     return pixels.data() + (static_cast<std::size_t>(y) * static_cast<std::size_t>(width) +
@@ -29,8 +29,8 @@ struct Image {
   const std::uint8_t* at(int x, int y) const { return const_cast<Image*>(this)->at(x, y); }
 };
 
-// The bytes of a PNG file of `width` x `height` pixels with `channels` 1 (grayscale) or 3
-// (RGB), 8 bits each, from `pixels` laid out as in Image. Never blocks. Throws
+// The bytes of a PNG file of `width` x `height` pixels with `channels` 1 (grayscale), 3
+// (RGB) or 4 (RGBA), 8 bits each, from `pixels` laid out as in Image. Never blocks. Throws
 // InvalidArgument on a bad size or channel count or a pixels span of the wrong length.
 std::vector<std::uint8_t> encode_png(int width, int height, int channels,
                                      std::span<const std::uint8_t> pixels);
@@ -52,7 +52,7 @@ struct GridOptions {
 // in `images` (count * height * width * channels bytes), into one image of rows x cols
 // cells, row by row; cells past the last image are left as the border. Never blocks. Throws
 // InvalidArgument on a wrong span length, a non-positive size or cols, a negative border or
-// channels other than 1 and 3.
+// channels other than 1, 3 and 4.
 Image tile_images(std::span<const std::uint8_t> images, int count, int height, int width,
                   int channels, const GridOptions& options = {});
 

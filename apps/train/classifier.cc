@@ -179,6 +179,7 @@ TrainResult train_classifier(const TrainOptions& o) {
     std::optional<JobReporter> reporter;
     if (result.reporter) {
       reporter.emplace(JobReporterOptions{.out = o.out,
+                                          .tensorboard = o.tensorboard,
                                           .progress = o.progress,
                                           .resume_step = position.step,
                                           .steps_to_run = steps_to_run});
@@ -243,15 +244,17 @@ TrainResult train_classifier(const TrainOptions& o) {
     const double timed = seconds_since(timed_from);
     result.images_per_s = timed_steps > 0 ? static_cast<double>(timed_steps * o.batch) / timed : 0;
     result.steps = step;
-    if (reporter) reporter->finish();
     if (reporter && !o.out.empty()) {
       // The curves of the whole run (metrics.jsonl holds the steps before a resume too): the
       // loss (a run too short to log one says "no data"), and the test accuracy if evaluated.
       std::vector<Chart> charts =
           charts_from_metrics(reporter->metrics_path(), "step", {{"loss"}, {"test_accuracy"}});
       if (charts[1].series[0].x.empty()) charts.pop_back();
-      write_png(o.out / "curves.png", render_charts(charts));
+      const Image curves = render_charts(charts);
+      write_png(o.out / "curves.png", curves);
+      reporter->image("curves", step, curves);
     }
+    if (reporter) reporter->finish();
 
     result.digest = check_replicas_agree(ctx, *model);
     return result;

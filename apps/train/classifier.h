@@ -24,6 +24,9 @@ struct TrainOptions {
   bool augment = true;             // random flips and 2-pixel shifts
   std::filesystem::path data_dir;  // the Fashion-MNIST .gz files
   std::filesystem::path out;       // metrics.jsonl and checkpoint-<step>.pt; empty: none written
+  // TensorBoard log folder: the metrics as scalars, and with `out` the curves picture as the
+  // image "curves" at the last step; empty: none written.
+  std::filesystem::path tensorboard;
   // A checkpoint to continue from; empty: the newest in `out` that loads, if any, else afresh.
   std::filesystem::path resume;
   int keep_checkpoints = 3;           // the newest checkpoints kept in `out`

@@ -232,6 +232,7 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
     if (result.reporter) {
       reporter.emplace(
           JobReporterOptions{.out = o.out,
+                             .tensorboard = o.tensorboard,
                              .progress = o.progress,
                              .resume_step = step,
                              .steps_to_run = std::max<std::int64_t>(0, total_steps - step)});

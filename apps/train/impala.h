@@ -37,8 +37,9 @@ struct ImpalaOptions {
   bool stop_at_target = false;
   std::int64_t queue_size = 0;  // unrolls per process's queue (0: one batch's worth)
   std::uint64_t seed = 0;
-  std::filesystem::path out;     // metrics.jsonl, checkpoints, learning_curve.png
-  std::filesystem::path resume;  // a checkpoint to continue from (default: newest in out)
+  std::filesystem::path out;          // metrics.jsonl, checkpoints, learning_curve.png
+  std::filesystem::path tensorboard;  // TensorBoard log folder for the metrics (empty: none)
+  std::filesystem::path resume;       // a checkpoint to continue from (default: newest in out)
   int keep_checkpoints = 3;
   std::int64_t checkpoint_every = 0;  // learner steps between checkpoints (and at the end)
   int report_every = 10;              // learner steps between progress lines / metrics

@@ -9,6 +9,7 @@
 #include <system_error>
 #include <utility>
 
+#include "apps/pictures/png.h"
 #include "replicator/errors.h"
 #include "replicator/replica_context.h"
 
@@ -70,6 +71,10 @@ JobReporter::JobReporter(JobReporterOptions options) : options_(std::move(option
   if (options_.err == nullptr) options_.err = stderr;
   const bool tty = options_.terminal.value_or(::isatty(::fileno(options_.err)) == 1);
   terminal_ = options_.progress && tty;
+  if (!options_.tensorboard.empty()) {
+    tensorboard_.emplace(options_.tensorboard);
+    if (options_.resume_step > 0) tensorboard_->restart(options_.resume_step + 1);
+  }
   if (options_.out.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(options_.out, ec);
@@ -111,15 +116,35 @@ void JobReporter::note(const std::string& line) {
 }
 
 void JobReporter::metric(const nlohmann::ordered_json& record) {
-  if (!metrics_.is_open()) return;
-  metrics_ << record.dump() << '\n' << std::flush;
-  if (!metrics_)
-    throw DataError("cannot write " + metrics_path().string(), metrics_path().string());
+  if (metrics_.is_open()) {
+    metrics_ << record.dump() << '\n' << std::flush;
+    if (!metrics_)
+      throw DataError("cannot write " + metrics_path().string(), metrics_path().string());
+  }
+  if (!tensorboard_ || !record.contains("step") || !record["step"].is_number_integer()) return;
+  const auto step = record["step"].get<std::int64_t>();
+  const auto type = record.find("type");
+  const std::string prefix =
+      type != record.end() && type->is_string() ? type->get<std::string>() + "/" : "";
+  for (const auto& [key, value] : record.items()) {
+    // is_number() is false for booleans.
+    if (key != "step" && value.is_number()) {
+      tensorboard_->scalar(prefix + key, step, value.get<double>());
+    }
+  }
+}
+
+void JobReporter::image(const std::string& tag, std::int64_t step, const Image& image) {
+  if (!tensorboard_) return;
+  const std::vector<std::uint8_t> png =
+      encode_png(image.width, image.height, image.channels, image.pixels);
+  tensorboard_->image(tag, step, png, image.height, image.width, image.channels);
 }
 
 void JobReporter::finish() {
   end_progress_line();
   if (metrics_.is_open()) metrics_.close();
+  tensorboard_.reset();
 }
 
 void JobReporter::end_progress_line() {

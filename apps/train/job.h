@@ -1,5 +1,6 @@
 // What every training job (classifier, GAN, IMPALA) shares around its own loop: the
-// reporter that prints progress on stderr and appends metrics.jsonl, the ETA text, the
+// reporter that prints progress on stderr, appends metrics.jsonl and writes TensorBoard event
+// files (apps/train/tensorboard.h), the ETA text, the
 // check that every replica starts from the same step, and the --json result line. No
 // LibTorch here (apps/train/job_checkpoint.h holds the checkpoint glue that needs it).
 //
@@ -24,11 +25,15 @@
 #include <optional>
 #include <string>
 
+#include "apps/train/tensorboard.h"
+
 namespace replicator {
 class ReplicaContext;
 }
 
 namespace replicator::apps {
+
+struct Image;
 
 // "H:MM:SS" of a duration in seconds (negative and NaN read as 0). Never throws but
 // std::bad_alloc.
@@ -48,6 +53,9 @@ void keep_metrics_up_to(const std::filesystem::path& path, std::int64_t step);
 struct JobReporterOptions {
   // Folder for metrics.jsonl (created if missing); empty: no file is written.
   std::filesystem::path out;
+  // TensorBoard log folder (created if missing) for the records' numbers and the images;
+  // empty: none. Each run starts a new event file there.
+  std::filesystem::path tensorboard;
   // A progress line rewritten in place when `err` is a terminal; false (--no-progress), or
   // not a terminal: plain lines, one about every 10% of the steps (and every
   // `plain_every_s` seconds when set).
@@ -66,8 +74,10 @@ struct JobReporterOptions {
 class JobReporter {
  public:
   // Creates `out` and drops the lines of metrics.jsonl past `resume_step` (keep_metrics_up_to),
-  // so that a resumed run repeats no step, then opens it for appending. BLOCKS on file I/O.
-  // Throws DataError when the folder or the file cannot be written.
+  // so that a resumed run repeats no step, then opens it for appending. With `tensorboard`,
+  // starts an event file there; a resumed run marks a restart at resume_step + 1, so that
+  // TensorBoard drops what earlier files hold past the resume step. BLOCKS on file I/O.
+  // Throws DataError when a folder or a file cannot be written.
   explicit JobReporter(JobReporterOptions options);
   ~JobReporter();
   JobReporter(const JobReporter&) = delete;
@@ -87,10 +97,17 @@ class JobReporter {
   // throws.
   void note(const std::string& line);
   // Appends `record` as one line of metrics.jsonl and flushes it; nothing without `out`.
-  // BLOCKS on file I/O. Throws DataError when the line cannot be written.
+  // With `tensorboard`, also writes each number of a record that has an integer "step" (not
+  // the step, not booleans or strings) as the scalar "<type>/<key>" ("train/loss"; the key
+  // alone in a record without "type") at that step. BLOCKS on file I/O. Throws DataError when
+  // the line or an event cannot be written.
   void metric(const nlohmann::ordered_json& record);
-  // Ends the progress line on a terminal and closes metrics.jsonl. Idempotent; the destructor
-  // calls it. Never throws.
+  // Writes `image` (apps/pictures/png.h) as the TensorBoard image `tag` at `step`; nothing
+  // without `tensorboard`. BLOCKS on file I/O. Throws InvalidArgument on an image that
+  // encode_png refuses, DataError when the event cannot be written.
+  void image(const std::string& tag, std::int64_t step, const Image& image);
+  // Ends the progress line on a terminal and closes metrics.jsonl and the TensorBoard file;
+  // nothing is written after it. Idempotent; the destructor calls it. Never throws.
   void finish();
 
   // The folder of metrics.jsonl (empty: none); metrics_path() is empty without one.
@@ -105,6 +122,7 @@ class JobReporter {
   bool terminal_ = false;
   bool line_open_ = false;  // a \r progress line is on the terminal
   std::ofstream metrics_;
+  std::optional<TensorBoardWriter> tensorboard_;
   std::int64_t done_ = 0;
   std::int64_t next_plain_ = 0;
   double last_plain_s_ = -1;  // steady-clock seconds of the last plain line; -1: none

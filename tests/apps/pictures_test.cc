@@ -20,28 +20,13 @@
 #include "apps/pictures/png.h"
 #include "apps/train/job.h"
 #include "replicator/errors.h"
+#include "tests/harness/temp_dir.h"
 
 namespace replicator::apps {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A fresh folder, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string name = (fs::temp_directory_path() / "pictures_test.XXXXXX").string();
-    path_ = ::mkdtemp(name.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using harness::TempDir;
 
 std::vector<std::uint8_t> read_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -89,8 +74,8 @@ Image decode_png(const std::vector<std::uint8_t>& png) {
       image.width = static_cast<int>(u32(data));
       image.height = static_cast<int>(u32(data + 4));
       EXPECT_EQ(data[8], 8) << "bit depth";
-      EXPECT_TRUE(data[9] == 0 || data[9] == 2) << "colour type " << int{data[9]};
-      image.channels = data[9] == 0 ? 1 : 3;
+      EXPECT_TRUE(data[9] == 0 || data[9] == 2 || data[9] == 6) << "colour type " << int{data[9]};
+      image.channels = data[9] == 0 ? 1 : data[9] == 2 ? 3 : 4;
       EXPECT_EQ(data[10], 0) << "compression";
       EXPECT_EQ(data[11], 0) << "filter method";
       EXPECT_EQ(data[12], 0) << "interlace";
@@ -122,10 +107,10 @@ std::vector<std::uint8_t> pattern(int width, int height, int channels) {
   return pixels;
 }
 
-TEST(Png, RoundTripsGrayAndRgb) {
+TEST(Png, RoundTripsGrayRgbAndRgba) {
   TempDir dir;
   const std::vector<std::tuple<int, int, int>> shapes = {
-      {1, 1, 1}, {7, 3, 1}, {5, 9, 3}, {300, 200, 3}};
+      {1, 1, 1}, {7, 3, 1}, {5, 9, 3}, {300, 200, 3}, {6, 4, 4}};
   for (const auto& [w, h, c] : shapes) {
     const std::vector<std::uint8_t> pixels = pattern(w, h, c);
     const fs::path path = dir.path() / "p.png";
@@ -189,6 +174,7 @@ print('ok')
 TEST(Png, BadInputAndUnwritablePathsThrow) {
   const std::vector<std::uint8_t> pixels(12);
   EXPECT_THROW(encode_png(2, 2, 2, pixels), InvalidArgument);
+  EXPECT_THROW(encode_png(1, 1, 5, std::vector<std::uint8_t>(5)), InvalidArgument);
   EXPECT_THROW(encode_png(2, 2, 1, pixels), InvalidArgument);  // 4 bytes expected
   EXPECT_THROW(encode_png(0, 2, 3, {}), InvalidArgument);
   TempDir dir;

@@ -5,15 +5,21 @@
 #   newest one is skipped with a warning naming it); metrics.jsonl repeats no step; only the
 #   newest --keep-checkpoints are kept; --out gets curves.png, and `replicator plot` draws
 #   metrics.jsonl;
+#   --tensorboard: a run and its resumption leave two event files that TensorBoard's reader
+#   (tensorboard_read.py, with PYTHON) reads as one run: train/loss at increasing steps and the
+#   image "curves" (skipped, saying so, without a PYTHON that has tensorboard);
 #   a checkpoint of 2 replicas resumes on 1 replica;
 #   a missing or corrupt data file and a batch not divisible by the replicas fail clearly;
 #   the same job on 2 replicas ends with the same bits as 1 process x 2 threads, 2 mpi
 #   processes and 2 gloo processes (and 4 replicas as 1x4 and 2x2 over mpi).
-# Usage: train_job.sh BUILD_DIR HAVE_MPI HAVE_GLOO   (the last two: 1 or 0)
+# Usage: train_job.sh BUILD_DIR HAVE_MPI HAVE_GLOO [PYTHON]   (HAVE_*: 1 or 0; PYTHON: the
+# virtual environment's)
 set -euo pipefail
 replicator="$1/replicator"
 have_mpi="${2:-0}"
 have_gloo="${3:-0}"
+python="${4:-}"
+here="$(cd "$(dirname "$0")" && pwd)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -52,6 +58,20 @@ printf '%s\n' '{"type":"train","step":1,"loss":2.5}' '{"type":"eval","step":2,"l
 grep -q "1 charts, 2 points" "$work/plot.err" || fail "replicator plot: $(cat "$work/plot.err")"
 [ "$(png_signature "$work/plot.png")" = 89504e470d0a1a0a ] || fail "replicator plot wrote no PNG"
 echo "curves.png and replicator plot: PNG files"
+
+# TensorBoard: 50 steps (train/loss logged at 46), then resumed to 100 (at 92), each run with
+# its event file and its curves image at its last step.
+if [ -x "$python" ] && "$python" -c 'import tensorboard' 2>/dev/null; then
+  for steps in 50 100; do
+    "$replicator" "${common[@]}" --replicas 2 --steps "$steps" --out "$work/tb" \
+      --tensorboard "$work/tb/logs" >/dev/null
+  done
+  files=$(ls "$work/tb/logs" | grep -c '^events\.out\.tfevents\.' || true)
+  [ "$files" = 2 ] || fail "expected 2 event files, found: $(ls "$work/tb/logs")"
+  "$python" "$here/tensorboard_read.py" run "$work/tb/logs" || fail "TensorBoard's reader"
+else
+  echo "skipped the TensorBoard check: no python with tensorboard at '$python'"
+fi
 
 # A torn newest checkpoint is skipped, with a warning naming it; the one before is used.
 "$replicator" "${common[@]}" --replicas 2 --steps 3 --checkpoint-every 1 --out "$work/torn" \
