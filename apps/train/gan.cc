@@ -166,6 +166,7 @@ GanResult train_gan(const GanOptions& o) {
     std::optional<JobReporter> reporter;
     if (result.reporter) {
       reporter.emplace(JobReporterOptions{.out = o.out,
+                                          .tensorboard = o.tensorboard,
                                           .progress = o.progress,
                                           .resume_step = position.step,
                                           .steps_to_run = last - position.step});
@@ -190,10 +191,11 @@ GanResult train_gan(const GanOptions& o) {
         const ::torch::Tensor zs = z.repeat({o.model.classes, 1});
         const ::torch::Tensor ys = ::torch::arange(o.model.classes).repeat_interleave(kCols);
         const ::torch::Tensor pixels = to_pixels(E(zs, ys)).contiguous();
+        const Image grid = tile_images(
+            {pixels.data_ptr<std::uint8_t>(), static_cast<std::size_t>(pixels.numel())},
+            static_cast<int>(zs.size(0)), 28, 28, 1, {.cols = kCols});
+        reporter->image("samples", step, grid);
         if (!o.out.empty()) {
-          const Image grid = tile_images(
-              {pixels.data_ptr<std::uint8_t>(), static_cast<std::size_t>(pixels.numel())},
-              static_cast<int>(zs.size(0)), 28, 28, 1, {.cols = kCols});
           char name[40];
           std::snprintf(name, sizeof name, "samples-%09lld.png", static_cast<long long>(step));
           write_png(o.out / name, grid);
@@ -304,14 +306,19 @@ GanResult train_gan(const GanOptions& o) {
     result.steps = step;
     checkpoint();
     samples();
-    if (reporter) reporter->finish();
     if (reporter && !o.out.empty()) {
-      std::vector<Chart> charts = charts_from_metrics(
+      // The curves of the whole run (metrics.jsonl holds the steps before a resume too).
+      const std::vector<Chart> charts = charts_from_metrics(
           reporter->metrics_path(), "step",
           {{"d_loss", "g_loss"}, {"d_real", "d_fake"}, {"fd"}, {"gan_test_accuracy"}}, "",
           /*skip_empty=*/true);
-      if (!charts.empty()) write_png(o.out / "curves.png", render_charts(charts));
+      if (!charts.empty()) {
+        const Image curves = render_charts(charts);
+        write_png(o.out / "curves.png", curves);
+        reporter->image("curves", step, curves);
+      }
     }
+    if (reporter) reporter->finish();
     result.digest = check_replicas_agree(ctx, *models);
     return result;
   };

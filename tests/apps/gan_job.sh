@@ -3,12 +3,16 @@
 #   2 replicas as threads: metrics.jsonl, checkpoints, sample grids and curves are written;
 #   resume: 2 steps, then the same --out to 4 steps, gives the bits of 4 steps at once;
 #   the same bits after 3 steps on 1 process x 2 threads, 2 mpi and 2 gloo processes;
+#   --tensorboard: TensorBoard's reader finds the losses, the sample grids and the curves
+#   (skipped, saying so, without a PYTHON that has tensorboard);
 #   gradient accumulation runs; bad input fails clearly.
-# Usage: gan_job.sh BUILD_DIR HAVE_MPI HAVE_GLOO   (the last two: 1 or 0)
+# Usage: gan_job.sh BUILD_DIR HAVE_MPI HAVE_GLOO [PYTHON]   (HAVE_*: 1 or 0)
 set -euo pipefail
 replicator="$1/replicator"
 have_mpi="${2:-0}"
 have_gloo="${3:-0}"
+python="${4:-}"
+here="$(cd "$(dirname "$0")" && pwd)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -61,6 +65,17 @@ if [[ $have_gloo == 1 ]]; then
     fail "$(cat "$work/gloo.err")"
   echo "2 gloo processes: $gloo"
   [[ $gloo == "$threads" ]] || fail "gloo $gloo != threads $threads"
+fi
+
+# TensorBoard: losses every step, sample grids at steps 2 and 3, the curves at the end.
+if [ -x "$python" ] && "$python" -c 'import tensorboard' 2>/dev/null; then
+  "$replicator" "${common[@]}" "${batch[@]}" --steps 3 --report-every 1 --sample-every 2 \
+    --out "$work/tb" --tensorboard "$work/tb/logs" >/dev/null 2>"$work/tb.err" ||
+    fail "$(cat "$work/tb.err")"
+  "$python" "$here/tensorboard_read.py" run "$work/tb/logs" train/d_loss samples,curves ||
+    fail "TensorBoard's reader"
+else
+  echo "skipped the TensorBoard check: no python with tensorboard at '$python'"
 fi
 
 # Gradient accumulation: 2 micro-batches per replica.

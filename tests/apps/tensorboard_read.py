@@ -3,9 +3,11 @@
 
   tensorboard_read.py writer PROGRAM   runs tests/apps/tensorboard_write (PROGRAM) on a fresh
                                        folder and checks every tag, step and value it wrote
-  tensorboard_read.py run LOGDIR       a training job's folder: the scalar "train/loss" at 2 or
-                                       more increasing steps, and the image "curves" (a PNG of
-                                       the size the event gives)
+  tensorboard_read.py run LOGDIR [SCALAR [IMAGE,...]]
+                                       a training job's folder: the scalar SCALAR (default
+                                       "train/loss") at 2 or more increasing steps, and the
+                                       images (default "curves"; PNGs of the size the event
+                                       gives)
 
 Exits 77 (CTest's skip) when the tensorboard package is missing.
 """
@@ -91,28 +93,30 @@ def check_writer(program):
         print("tensorboard reads the writer's scalars and images: ok")
 
 
-def check_run(logdir):
+def check_run(logdir, scalar="train/loss", images=("curves",)):
     acc = load(logdir)
     tags = acc.Tags()
-    check("train/loss" in tags["scalars"], "no train/loss in %s" % tags["scalars"])
-    steps = [step for step, _ in scalars(acc, "train/loss")]
-    check(len(steps) >= 2 and steps == sorted(set(steps)), "train/loss steps %s" % steps)
-    check("curves" in tags["images"], "no curves image in %s" % tags["images"])
-    for e in acc.Images("curves"):
-        check(png_size(e.encoded_image_string) == (e.width, e.height),
-              "curves at step %d: the PNG's size differs from %d x %d" % (e.step, e.width, e.height))
-    print("tensorboard reads the run: train/loss at steps %s, %d curves images"
-          % (steps, len(acc.Images("curves"))))
+    check(scalar in tags["scalars"], "no %s in %s" % (scalar, tags["scalars"]))
+    steps = [step for step, _ in scalars(acc, scalar)]
+    check(len(steps) >= 2 and steps == sorted(set(steps)), "%s steps %s" % (scalar, steps))
+    for image in images:
+        check(image in tags["images"], "no %s image in %s" % (image, tags["images"]))
+        for e in acc.Images(image):
+            check(png_size(e.encoded_image_string) == (e.width, e.height),
+                  "%s at step %d: the PNG's size differs from %d x %d"
+                  % (image, e.step, e.width, e.height))
+    print("tensorboard reads the run: %s at steps %s, images %s"
+          % (scalar, steps, ", ".join("%s x%d" % (i, len(acc.Images(i))) for i in images)))
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("writer", "run"):
+    if len(sys.argv) < 3 or sys.argv[1] not in ("writer", "run"):
         print(__doc__, file=sys.stderr)
         sys.exit(2)
     if sys.argv[1] == "writer":
         check_writer(sys.argv[2])
     else:
-        check_run(sys.argv[2])
+        check_run(sys.argv[2], *sys.argv[3:4], *[tuple(a.split(",")) for a in sys.argv[4:5]])
 
 
 if __name__ == "__main__":
