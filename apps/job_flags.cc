@@ -12,21 +12,23 @@ Config JobFlags::config(const std::string& command) const {
 void add_job_flags(CLI::App* app, JobFlags& f, const JobFlagTargets& t, const JobFlagHelp& help) {
   f.replicas_option =
       app->add_option("--replicas", f.replicas,
-                      "Replicas (threads) in this process; default " + help.replicas +
+                      "Replicas (threads) in this process; default " + std::to_string(f.replicas) +
                           " on the local engine, REPLICATOR_LOCAL_REPLICAS or 1 across processes")
           ->check(CLI::Range(1, 1024));
   app->add_option("--engine", f.engine,
                   "local, mpi or gloo; must match how the processes were started (default: "
                   "what the environment selects)")
       ->check(CLI::IsMember({"local", "mpi", "gloo"}));
-  app->add_option("--timeout", f.timeout, "Deadline of every collective, e.g. 30s");
+  app->add_option("--timeout", f.timeout,
+                  "Deadline of every collective (and of the job's other waits), e.g. 30s");
   app->add_option(
       "--out", f.out,
       "Folder for " + help.out + "; a run resumes from the newest checkpoint there that loads");
   app->add_option("--resume", f.resume,
                   "Continue from this checkpoint instead of the newest in --out");
   app->add_option("--tensorboard", f.tensorboard,
-                  "Folder for TensorBoard event files (tensorboard --logdir FOLDER)");
+                  "TensorBoard log folder for the metrics and pictures (those drawn from "
+                  "metrics.jsonl need --out); see them with `tensorboard --logdir DIR`");
   app->add_option("--keep-checkpoints", *t.keep_checkpoints,
                   "Checkpoints kept in --out (the newest)")
       ->capture_default_str()

@@ -37,14 +37,14 @@ struct JobFlagTargets {
 };
 
 struct JobFlagHelp {
-  std::string replicas;  // what --replicas defaults to
-  std::string out;       // what --out holds
+  std::string out;  // what --out holds
   std::string checkpoint_every;
   bool memory = false;  // whether the job offers --memory
 };
 
 // Adds the shared flags to `app`, bound to `flags` and `targets` (which must outlive the
-// parse). Never throws but std::bad_alloc (CLI11 throws on a duplicate flag name).
+// parse); their values before the call are the defaults (--replicas: flags.replicas). Never throws
+// but std::bad_alloc (CLI11 throws on a duplicate flag name).
 void add_job_flags(CLI::App* app, JobFlags& flags, const JobFlagTargets& targets,
                    const JobFlagHelp& help);
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "apps/command.h"
-#include "apps/engine_choice.h"
+#include "apps/job_flags.h"
 #include "apps/memory.h"
 #include "apps/train/classifier.h"
 #include "apps/train/job.h"
@@ -17,32 +17,23 @@ namespace {
 
 struct TrainFlags {
   TrainOptions options;
-  std::string engine;
-  int replicas = 2;
-  CLI::Option* replicas_option = nullptr;
-  std::string memory = "keep";
-  std::string timeout;
+  JobFlags job;
   std::string data_dir;
-  std::string out;
-  std::string tensorboard;
-  std::string resume;
   std::int64_t bucket_kib = std::int64_t{25} * 1024;
   bool no_overlap = false;
   bool no_augment = false;
   bool no_eval = false;
-  bool json = false;
   char** argv = nullptr;  // main's, for the memory setting's re-execution
 };
 
 int run_train(const TrainFlags& f) {
-  apply_memory_mode(parse_memory_mode(f.memory), f.argv);
+  apply_memory_mode(parse_memory_mode(f.job.memory), f.argv);
   TrainOptions o = f.options;
-  o.config = job_config(f.engine, "train classifier", f.replicas_option->count() > 0, f.replicas,
-                        f.timeout);
+  o.config = f.job.config("train classifier");
   o.data_dir = f.data_dir;
-  o.out = f.out;
-  o.tensorboard = f.tensorboard;
-  o.resume = f.resume;
+  o.out = f.job.out;
+  o.tensorboard = f.job.tensorboard;
+  o.resume = f.job.resume;
   if (f.bucket_kib < 1) throw ConfigError("--bucket-kib must be at least 1");
   o.bucket_bytes = static_cast<std::size_t>(f.bucket_kib) << 10;
   o.overlap = !f.no_overlap;
@@ -57,7 +48,7 @@ int run_train(const TrainFlags& f) {
                r.seconds, r.images_per_s);
   if (r.test_accuracy >= 0) std::fprintf(stderr, ", test accuracy %.4f", r.test_accuracy);
   std::fprintf(stderr, "; parameters digest %s\n", r.digest.c_str());
-  if (f.json) {
+  if (f.job.json) {
     nlohmann::ordered_json j;
     j["type"] = "train";
     j["engine"] = std::string(to_string(o.config.engine));
@@ -65,7 +56,7 @@ int run_train(const TrainFlags& f) {
     j["local_replicas"] = r.local_replicas;
     j["processes"] = r.processes;
     j["threads"] = o.threads;
-    j["memory"] = f.memory;
+    j["memory"] = f.job.memory;
     j["allocator"] = active_allocator();
     j["batch"] = o.batch;
     j["bucket_bytes"] = o.bucket_bytes;
@@ -88,15 +79,17 @@ Command add_train_classifier(CLI::App& train, char** argv) {
   TrainOptions& o = flags->options;
   CLI::App* app = train.add_subcommand(
       "classifier", "Train a small ResNet with cross-replica batch norm on Fashion-MNIST");
-  flags->replicas_option =
-      app->add_option("--replicas", flags->replicas,
-                      "Replicas (threads) in this process; default 2 on the local engine, "
-                      "REPLICATOR_LOCAL_REPLICAS or 1 across processes")
-          ->check(CLI::Range(1, 1024));
-  app->add_option("--engine", flags->engine,
-                  "local, mpi or gloo; must match how the processes were started (default: "
-                  "what the environment selects)")
-      ->check(CLI::IsMember({"local", "mpi", "gloo"}));
+  flags->job.replicas = 2;
+  add_job_flags(
+      app, flags->job,
+      {.keep_checkpoints = &o.keep_checkpoints,
+       .checkpoint_every = &o.checkpoint_every,
+       .threads = &o.threads,
+       .progress = &o.progress,
+       .seed = &o.seed},
+      {.out = "metrics.jsonl, checkpoint-<step>.pt and curves.png",
+       .checkpoint_every = "Steps between checkpoints (one is always written at each epoch's end)",
+       .memory = true});
   app->add_option("--epochs", o.epochs, "Epochs over the training set")
       ->check(CLI::Range(1, 100000));
   app->add_option("--batch", o.batch, "Global batch, split evenly over the replicas")
@@ -104,48 +97,20 @@ Command add_train_classifier(CLI::App& train, char** argv) {
   app->add_option("--lr", o.lr, "Peak learning rate per 256 examples of batch");
   app->add_option("--momentum", o.momentum, "SGD momentum (Nesterov)");
   app->add_option("--weight-decay", o.weight_decay, "SGD weight decay");
-  app->add_option("--seed", o.seed, "Seed of the initialisation, shuffling and augmentation");
   app->add_option(
       "--data", flags->data_dir,
       "Folder of the Fashion-MNIST .gz files (default /usr/share/datasets/fashion-mnist)");
-  app->add_option("--out", flags->out,
-                  "Folder for metrics.jsonl and checkpoint-<step>.pt; a run resumes from the "
-                  "newest checkpoint there that loads");
-  app->add_option("--resume", flags->resume,
-                  "Continue from this checkpoint instead of the newest in --out");
-  app->add_option("--tensorboard", flags->tensorboard,
-                  "TensorBoard log folder for the metrics (and, with --out, the curves picture); "
-                  "see them with `tensorboard --logdir DIR`");
-  app->add_option("--keep-checkpoints", o.keep_checkpoints,
-                  "Checkpoints kept in --out (the newest)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1000000));
-  app->add_option("--checkpoint-every", o.checkpoint_every,
-                  "Steps between checkpoints (one is always written at each epoch's end)")
-      ->check(CLI::NonNegativeNumber);
   app->add_option("--steps", o.max_steps,
                   "Stop after this many steps in total (0: all epochs); the learning-rate "
                   "schedule still spans all epochs")
       ->check(CLI::NonNegativeNumber);
   app->add_option("--timed-after", o.timed_after, "images/s counts only the steps after these")
       ->check(CLI::NonNegativeNumber);
-  app->add_option("--threads", o.threads, "LibTorch intra-op threads per process")
-      ->check(CLI::Range(1, 1024));
   app->add_option("--bucket-kib", flags->bucket_kib, "Gradient bucket size in KiB");
   app->add_flag("--no-overlap", flags->no_overlap,
                 "Reduce all gradient buckets after backward instead of from within it");
   app->add_flag("--no-augment", flags->no_augment, "No random flips and shifts");
   app->add_flag("--no-eval", flags->no_eval, "Skip the test-set evaluation");
-  app->add_flag(
-      "--no-progress", [&o](std::int64_t) { o.progress = false; },
-      "No progress line on the terminal");
-  app->add_option(
-         "--memory", flags->memory,
-         "keep (default): run on jemalloc with purging off, so freed memory stays mapped for "
-         "reuse; system: glibc's defaults")
-      ->check(CLI::IsMember({"keep", "system"}));
-  app->add_option("--timeout", flags->timeout, "Deadline of every collective, e.g. 30s");
-  app->add_flag("--json", flags->json, "Print the result as one JSON object on stdout");
   return {app, [flags] { return run_train(*flags); }};
 }
 

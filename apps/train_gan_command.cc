@@ -75,8 +75,7 @@ Command add_train_gan(CLI::App& train, char** argv) {
                  .threads = &o.threads,
                  .progress = &o.progress,
                  .seed = &o.seed},
-                {.replicas = "1",
-                 .out = "metrics.jsonl, checkpoint-<step>.pt, samples.png and curves.png",
+                {.out = "metrics.jsonl, checkpoint-<step>.pt, samples.png and curves.png",
                  .checkpoint_every = "Generator steps between checkpoints (and at the end)",
                  .memory = true});
   app->add_option("--global-batch", o.global_batch,

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "apps/command.h"
-#include "apps/engine_choice.h"
+#include "apps/job_flags.h"
 #include "apps/train/impala.h"
 #include "apps/train/job.h"
 #include "replicator/errors.h"
@@ -17,23 +17,15 @@ namespace {
 
 struct ImpalaFlags {
   ImpalaOptions options;
-  std::string engine;
-  int replicas = 1;
-  CLI::Option* replicas_option = nullptr;
-  std::string timeout;
-  std::string out;
-  std::string tensorboard;
-  std::string resume;
-  bool json = false;
+  JobFlags job;
 };
 
 int run_impala(const ImpalaFlags& f) {
   ImpalaOptions o = f.options;
-  o.config =
-      job_config(f.engine, "train impala", f.replicas_option->count() > 0, f.replicas, f.timeout);
-  o.out = f.out;
-  o.tensorboard = f.tensorboard;
-  o.resume = f.resume;
+  o.config = f.job.config("train impala");
+  o.out = f.job.out;
+  o.tensorboard = f.job.tensorboard;
+  o.resume = f.job.resume;
 
   const ImpalaResult r = train_impala(o);
   if (!r.reporter) return 0;
@@ -49,7 +41,7 @@ int run_impala(const ImpalaFlags& f) {
                  static_cast<long long>(r.solved_frames), r.solved_seconds);
   }
   std::fprintf(stderr, "; parameters digest %s\n", r.digest.c_str());
-  if (f.json) {
+  if (f.job.json) {
     const auto number = [](double v) {
       return std::isnan(v) ? nlohmann::ordered_json() : nlohmann::ordered_json(v);
     };
@@ -88,6 +80,15 @@ Command add_train_impala(CLI::App& train) {
   CLI::App* app = train.add_subcommand(
       "impala",
       "Actor-learner reinforcement learning (IMPALA, V-trace) on CartPole or a MinAtar game");
+  add_job_flags(
+      app, flags->job,
+      {.keep_checkpoints = &o.keep_checkpoints,
+       .checkpoint_every = &o.checkpoint_every,
+       .threads = &o.threads,
+       .progress = &o.progress,
+       .seed = &o.seed},
+      {.out = "metrics.jsonl, checkpoint-<step>.pt and learning_curve.png",
+       .checkpoint_every = "Learner steps between checkpoints (one is always written at the end)"});
   app->add_option("--env", o.env,
                   "cartpole, breakout, space_invaders, freeway, asterix or seaquest")
       ->capture_default_str();
@@ -99,14 +100,6 @@ Command add_train_impala(CLI::App& train) {
   app->add_option("--envs-per-actor", o.envs_per_actor, "Environments each actor steps together")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
-  flags->replicas_option =
-      app->add_option("--replicas", flags->replicas,
-                      "Learner replicas (threads) in this process; default 1 on the local "
-                      "engine, REPLICATOR_LOCAL_REPLICAS or 1 across processes")
-          ->check(CLI::Range(1, 1024));
-  app->add_option("--engine", flags->engine,
-                  "local, mpi or gloo; must match how the processes were started")
-      ->check(CLI::IsMember({"local", "mpi", "gloo"}));
   app->add_option("--frames", o.frames,
                   "Frames to learn from (learner steps x batch x unroll), over all processes")
       ->capture_default_str()
@@ -143,34 +136,10 @@ Command add_train_impala(CLI::App& train) {
          "Unrolls each process's queue holds (default: one batch; more lets the actors run "
          "further ahead of the learner, with staler unrolls)")
       ->check(CLI::NonNegativeNumber);
-  app->add_option("--seed", o.seed, "Seed of the network, the actors and the environments");
-  app->add_option("--out", flags->out,
-                  "Folder for metrics.jsonl, checkpoint-<step>.pt and learning_curve.png; a "
-                  "run resumes from the newest checkpoint there that loads");
-  app->add_option("--resume", flags->resume,
-                  "Continue from this checkpoint instead of the newest in --out");
-  app->add_option("--tensorboard", flags->tensorboard,
-                  "TensorBoard log folder for the metrics; see them with "
-                  "`tensorboard --logdir DIR`");
-  app->add_option("--keep-checkpoints", o.keep_checkpoints, "Checkpoints kept in --out")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1000000));
-  app->add_option("--checkpoint-every", o.checkpoint_every,
-                  "Learner steps between checkpoints (one is always written at the end)")
-      ->check(CLI::NonNegativeNumber);
   app->add_option("--report-every", o.report_every,
                   "Learner steps between progress lines and metrics.jsonl records")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 30));
-  app->add_option("--threads", o.threads, "LibTorch intra-op threads per process")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
-  app->add_flag(
-      "--no-progress", [&o](std::int64_t) { o.progress = false; },
-      "No progress line on the terminal");
-  app->add_option("--timeout", flags->timeout,
-                  "Deadline of every collective and of waiting for unrolls, e.g. 30s");
-  app->add_flag("--json", flags->json, "Print the result as one JSON object on stdout");
   return {app, [flags] { return run_impala(*flags); }};
 }
 
