@@ -6,6 +6,7 @@
 #include <string>
 
 #include "apps/command.h"
+#include "apps/eval/gan_quality.h"
 #include "apps/job_flags.h"
 #include "apps/memory.h"
 #include "apps/train/gan.h"
@@ -18,6 +19,8 @@ struct GanFlags {
   GanOptions options;
   JobFlags job;
   std::string data_dir;
+  std::string classifier;
+  std::int64_t quality_samples = 10000;
   char** argv = nullptr;  // main's, for the memory setting's re-execution
 };
 
@@ -29,6 +32,38 @@ int run_gan(const GanFlags& f) {
   o.out = f.job.out;
   o.resume = f.job.resume;
   o.tensorboard = f.job.tensorboard;
+  if (!f.classifier.empty()) {
+    // FD and GAN-test accuracy at every sample grid, against a reference computed once.
+    struct Quality {
+      ResNet classifier{nullptr};
+      data::Examples test;
+      QualityReference reference;
+      EvalOptions options;
+    };
+    auto q = std::make_shared<Quality>();
+    q->options.samples = f.quality_samples;
+    const std::filesystem::path dir =
+        o.data_dir.empty() ? data::default_fashion_mnist_dir() : o.data_dir;
+    q->classifier = load_classifier(f.classifier);  // before the run: a bad file fails early
+    const std::uint64_t seed = o.seed;
+    const std::int64_t classes = o.model.classes;
+    o.quality = [q, dir, seed, classes](Generator& ema, std::int64_t step) {
+      if (!q->test.labels.defined()) {
+        q->test = data::read_fashion_mnist(dir, data::Split::kTest);
+        const data::Examples train = data::read_fashion_mnist(dir, data::Split::kTrain);
+        q->reference = quality_reference(q->classifier, train, q->test, q->options);
+      }
+      const data::Examples generated = sample_examples(
+          ema, (q->options.samples + classes - 1) / classes, seed + static_cast<std::uint64_t>(step));
+      const GanQuality quality =
+          evaluate_samples(q->classifier, q->reference, generated, q->test, q->options);
+      return std::vector<std::pair<std::string, double>>{
+          {"fd", quality.fd},
+          {"fd_floor", q->reference.fd_floor},
+          {"fd_ceiling", q->reference.fd_ceiling},
+          {"gan_test_accuracy", quality.gan_test_accuracy}};
+    };
+  }
 
   const GanResult r = train_gan(o);
   if (!r.reporter) return 0;
@@ -118,6 +153,13 @@ Command add_train_gan(CLI::App& train, char** argv) {
   app->add_option("--timed-after", o.timed_after, "images/s counts only the steps after these")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app->add_option("--classifier", flags->classifier,
+                  "A checkpoint of `replicator train classifier`: measure FD and GAN-test "
+                  "accuracy at every sample grid (seconds each; see `replicator eval gan`)");
+  app->add_option("--quality-samples", flags->quality_samples,
+                  "Generated images in each such measurement")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{2}, std::int64_t{60000}));
   app->add_option(
       "--data", flags->data_dir,
       "Folder of the Fashion-MNIST .gz files (default /usr/share/datasets/fashion-mnist)");

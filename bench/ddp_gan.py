@@ -9,7 +9,8 @@ Networks (the job's, same names):
   BatchNorm2d(ch) -> relu -> conv3x3(ch -> 1) -> tanh. shared = Embedding(10, 64).
   GBlock: relu(CBN1) -> up -> conv3x3 -> relu(CBN2) -> conv3x3, plus up -> conv1x1.
   CBN: BatchNorm2d without affine, times (1 + gain(cond)) plus bias(cond), gain and bias
-  linear(96 -> C) without bias.
+  linear(96 -> C) without bias. G's layers whose output goes into a batch norm (the first
+  linear and every conv of the blocks) have no bias.
 - D (projection): DBlock(1 -> ch, down, no pre-activation), DBlock(ch -> 2ch, down),
   DBlock(2ch -> 4ch); relu, sum over H and W; linear(4ch -> 1) + <embed(y), h>.
 - Spectral norm (one power iteration per training-mode forward) on every conv and linear
@@ -86,12 +87,12 @@ def sn(module):
     return spectral_norm(module, n_power_iterations=1)
 
 
-def conv3x3(cin, cout):
-    return sn(nn.Conv2d(cin, cout, 3, 1, 1))
+def conv3x3(cin, cout, bias=True):
+    return sn(nn.Conv2d(cin, cout, 3, 1, 1, bias=bias))
 
 
-def conv1x1(cin, cout):
-    return sn(nn.Conv2d(cin, cout, 1))
+def conv1x1(cin, cout, bias=True):
+    return sn(nn.Conv2d(cin, cout, 1, bias=bias))
 
 
 class CBN(nn.Module):
@@ -113,10 +114,10 @@ class GBlock(nn.Module):
     def __init__(self, cin, cout):
         super().__init__()
         self.cbn1 = CBN(cin)
-        self.conv1 = conv3x3(cin, cout)
+        self.conv1 = conv3x3(cin, cout, bias=False)  # into a batch norm: no bias, as the job
         self.cbn2 = CBN(cout)
-        self.conv2 = conv3x3(cout, cout)
-        self.shortcut = conv1x1(cin, cout)
+        self.conv2 = conv3x3(cout, cout, bias=False)
+        self.shortcut = conv1x1(cin, cout, bias=False)
 
     def forward(self, x, cond):
         h = F.relu(self.cbn1(x, cond))
@@ -131,7 +132,7 @@ class Generator(nn.Module):
         self.ch = ch
         self.shared = nn.Embedding(CLASSES, SHARED_DIM)
         nn.init.orthogonal_(self.shared.weight)
-        self.linear = sn(nn.Linear(Z_DIM // Z_CHUNKS, 4 * ch * 7 * 7))
+        self.linear = sn(nn.Linear(Z_DIM // Z_CHUNKS, 4 * ch * 7 * 7, bias=False))
         self.blocks = nn.ModuleList([GBlock(4 * ch, 2 * ch), GBlock(2 * ch, ch)])
         self.out_bn = nn.BatchNorm2d(ch)
         self.out_conv = conv3x3(ch, 1)

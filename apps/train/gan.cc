@@ -348,11 +348,13 @@ GanModelsImpl::GanModelsImpl(const BigGanOptions& options)
       discriminator(register_module("discriminator", Discriminator(options))),
       ema(register_module("ema", Generator(options))) {}
 
-GanModels load_gan_checkpoint(const std::filesystem::path& checkpoint, const BigGanOptions& model) {
+GanModels load_gan_checkpoint(const std::filesystem::path& checkpoint, const BigGanOptions& model,
+                              rt::TrainingPosition* position) {
   GanModels models(model);
   ::torch::optim::Adam g(models->generator->parameters(), ::torch::optim::AdamOptions(1e-4));
   ::torch::optim::Adam d(models->discriminator->parameters(), ::torch::optim::AdamOptions(1e-4));
-  rt::load_checkpoint(checkpoint, *models, rt::Optimizers{&g, &d});
+  const rt::TrainingPosition at = rt::load_checkpoint(checkpoint, *models, rt::Optimizers{&g, &d});
+  if (position != nullptr) *position = at;
   models->eval();
   return models;
 }
@@ -363,7 +365,7 @@ data::Examples sample_examples(Generator& generator, std::int64_t per_class, std
   const BigGanOptions& model = generator->options();
   const std::int64_t n = per_class * model.classes;
   data::Examples out{::torch::empty({n, 28, 28}, ::torch::kUInt8),
-                     ::torch::arange(model.classes).repeat_interleave(per_class)};
+                     ::torch::arange(n, ::torch::kLong).remainder(model.classes)};
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(mix(seed));
   for (std::int64_t begin = 0; begin < n; begin += batch) {
     const std::int64_t end = std::min(n, begin + batch);

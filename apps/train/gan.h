@@ -27,6 +27,7 @@
 #include "apps/train/biggan.h"
 #include "replicator/config.h"
 #include "replicator/data/fashion_mnist.h"
+#include "replicator/torch/checkpoint.h"
 
 namespace replicator::apps {
 
@@ -99,15 +100,17 @@ class GanModels : public ::torch::nn::ModuleHolder<GanModelsImpl> {
   using ::torch::nn::ModuleHolder<GanModelsImpl>::ModuleHolder;
 };
 
-// Loads a checkpoint of the job written with `model`'s architecture, in eval mode; the
-// EMA's batch norms are as saved (G's: take standing statistics before sampling). Throws
-// DataError when the file does not load. BLOCKS on file I/O.
+// Loads a checkpoint of the job written with `model`'s architecture, in eval mode, and its
+// position into `position` when given; the EMA's batch norms are as saved (G's: take
+// standing statistics before sampling). Throws DataError when the file does not load.
+// BLOCKS on file I/O.
 GanModels load_gan_checkpoint(const std::filesystem::path& checkpoint,
-                              const BigGanOptions& model = {});
+                              const BigGanOptions& model = {},
+                              replicator::torch::TrainingPosition* position = nullptr);
 
 // `per_class` examples of each class drawn from `generator` (eval mode, no gradient) with
-// noise from `seed`, quantized to uint8 like the real images, labels 0,0,..,1,1,.. . Never
-// communicates.
+// noise from `seed`, quantized to uint8 like the real images; example i has class
+// i % classes (so every prefix is balanced). Never communicates.
 data::Examples sample_examples(Generator& generator, std::int64_t per_class, std::uint64_t seed,
                                std::int64_t batch = 500);
 
