@@ -30,5 +30,10 @@ Command add_train_impala(CLI::App& train);
 Command add_bench_rl(CLI::App& bench);
 // `replicator bench train` (bench_train.cc); built with LibTorch only.
 Command add_bench_train(CLI::App& bench);
+// The `replicator eval` group (eval_command.cc), for the subcommands that measure sample
+// quality; built with LibTorch only.
+CLI::App* add_eval_group(CLI::App& app);
+// `replicator eval real` (eval_command.cc): the trivial generator's quality.
+Command add_eval_real(CLI::App& eval);
 
 }  // namespace replicator::apps

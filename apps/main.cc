@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
   commands.push_back(replicator::apps::add_train_impala(*train));
   commands.push_back(replicator::apps::add_bench_train(*bench));
   commands.push_back(replicator::apps::add_bench_rl(*bench));
+  CLI::App* eval = replicator::apps::add_eval_group(app);
+  commands.push_back(replicator::apps::add_eval_real(*eval));
 #endif
 
   try {
