@@ -35,5 +35,12 @@ Command add_bench_rl(CLI::App& bench);
 // only.
 Command add_bench_train(CLI::App& bench);
 Command add_bench_gan(CLI::App& bench);
+// The `replicator eval` group (eval_command.cc), for the subcommands that measure sample
+// quality; built with LibTorch only.
+CLI::App* add_eval_group(CLI::App& app);
+// `replicator eval real` (eval_command.cc): the trivial generator's quality.
+Command add_eval_real(CLI::App& eval);
+// `replicator eval gan` (eval_gan_command.cc): the quality of GAN checkpoints.
+Command add_eval_gan(CLI::App& eval);
 
 }  // namespace replicator::apps

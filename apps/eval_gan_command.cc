@@ -83,26 +83,26 @@ int run_eval_gan(const EvalGanFlags& f) {
       print_json_result(j);
     } else {
       std::printf("%s (step %lld)\n%s", f.checkpoints[i].c_str(),
-                  static_cast<long long>(position.step),
-                  quality_table(q, "generator").c_str());
+                  static_cast<long long>(position.step), quality_table(q, "generator").c_str());
     }
   }
   if (!f.plot.empty()) {
     // The floor and ceiling as flat lines beside the generator's curve.
     const std::vector<double>& x = fd_chart.series[0].x;
     const double lo = x.front(), hi = x.back();
-    fd_chart.series.push_back({.name = "floor (real)", .x = {lo, hi},
-                               .y = {reference.fd_floor, reference.fd_floor}});
-    fd_chart.series.push_back({.name = "ceiling (class mean + noise)", .x = {lo, hi},
+    fd_chart.series.push_back(
+        {.name = "floor (real)", .x = {lo, hi}, .y = {reference.fd_floor, reference.fd_floor}});
+    fd_chart.series.push_back({.name = "ceiling (class mean + noise)",
+                               .x = {lo, hi},
                                .y = {reference.fd_ceiling, reference.fd_ceiling}});
-    accuracy_chart.series.push_back({.name = "real test images", .x = {lo, hi},
+    accuracy_chart.series.push_back({.name = "real test images",
+                                     .x = {lo, hi},
                                      .y = {reference.test_accuracy, reference.test_accuracy}});
     write_png(f.plot, render_charts({fd_chart, accuracy_chart}));
   }
   if (!f.json) {
-    std::printf("%.1f s in all\n", std::chrono::duration<double>(
-                                       std::chrono::steady_clock::now() - started)
-                                       .count());
+    std::printf("%.1f s in all\n",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }
   return 0;
 }

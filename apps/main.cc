@@ -31,6 +31,9 @@ int main(int argc, char** argv) {
   commands.push_back(replicator::apps::add_bench_train(*bench));
   commands.push_back(replicator::apps::add_bench_gan(*bench));
   commands.push_back(replicator::apps::add_bench_rl(*bench));
+  CLI::App* eval = replicator::apps::add_eval_group(app);
+  commands.push_back(replicator::apps::add_eval_real(*eval));
+  commands.push_back(replicator::apps::add_eval_gan(*eval));
 #endif
 
   try {

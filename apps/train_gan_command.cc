@@ -53,8 +53,9 @@ int run_gan(const GanFlags& f) {
         const data::Examples train = data::read_fashion_mnist(dir, data::Split::kTrain);
         q->reference = quality_reference(q->classifier, train, q->test, q->options);
       }
-      const data::Examples generated = sample_examples(
-          ema, (q->options.samples + classes - 1) / classes, seed + static_cast<std::uint64_t>(step));
+      const data::Examples generated =
+          sample_examples(ema, (q->options.samples + classes - 1) / classes,
+                          seed + static_cast<std::uint64_t>(step));
       const GanQuality quality =
           evaluate_samples(q->classifier, q->reference, generated, q->test, q->options);
       return std::vector<std::pair<std::string, double>>{

@@ -116,10 +116,13 @@ TrainResult train_classifier(const TrainOptions& o) {
 
   const std::filesystem::path dir =
       o.data_dir.empty() ? data::default_fashion_mnist_dir() : o.data_dir;
-  const auto train_set =
-      std::make_shared<const data::Examples>(data::read_fashion_mnist(dir, data::Split::kTrain));
-  const auto test_set =
-      std::make_shared<const data::Examples>(data::read_fashion_mnist(dir, data::Split::kTest));
+  const auto read = [&dir](data::Split split) {
+    return std::make_shared<const data::Examples>(data::read_fashion_mnist(dir, split));
+  };
+  const std::shared_ptr<const data::Examples> train_set =
+      o.train_examples ? o.train_examples : read(data::Split::kTrain);
+  const std::shared_ptr<const data::Examples> test_set =
+      o.test_examples ? o.test_examples : read(data::Split::kTest);
 
   Replicator replicator(o.config);
   const int R = replicator.num_replicas();
@@ -177,7 +180,7 @@ TrainResult train_classifier(const TrainOptions& o) {
     const std::int64_t steps_to_run = std::max<std::int64_t>(0, last - position.step);
 
     std::optional<JobReporter> reporter;
-    if (result.reporter) {
+    if (result.reporter && !o.quiet) {
       reporter.emplace(JobReporterOptions{.out = o.out,
                                           .tensorboard = o.tensorboard,
                                           .progress = o.progress,

@@ -6,9 +6,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "replicator/config.h"
+
+namespace replicator::data {
+struct Examples;  // replicator/data/fashion_mnist.h
+}
 
 namespace replicator::apps {
 
@@ -23,7 +28,11 @@ struct TrainOptions {
   std::uint64_t seed = 0;          // model initialisation, shuffling, augmentation
   bool augment = true;             // random flips and 2-pixel shifts
   std::filesystem::path data_dir;  // the Fashion-MNIST .gz files
-  std::filesystem::path out;       // metrics.jsonl and checkpoint-<step>.pt; empty: none written
+  // Examples held in memory that replace the split read from data_dir when set (e.g.
+  // generated images, for the Classification Accuracy Score of apps/eval).
+  std::shared_ptr<const data::Examples> train_examples;
+  std::shared_ptr<const data::Examples> test_examples;
+  std::filesystem::path out;  // metrics.jsonl and checkpoint-<step>.pt; empty: none written
   // TensorBoard log folder: the metrics as scalars, and with `out` the curves picture as the
   // image "curves" at the last step; empty: none written.
   std::filesystem::path tensorboard;
@@ -39,6 +48,8 @@ struct TrainOptions {
   bool overlap = true;   // reduce gradient buckets from within backward
   bool evaluate = true;  // test accuracy after each epoch
   bool progress = true;  // a progress line on stderr when it is a terminal
+  bool quiet = false;    // no reporter at all: nothing on stderr, no metrics.jsonl or
+                         // curves.png (checkpoints still go to `out`)
 };
 
 struct TrainResult {

@@ -191,9 +191,9 @@ GanResult train_gan(const GanOptions& o) {
         const ::torch::Tensor zs = z.repeat({o.model.classes, 1});
         const ::torch::Tensor ys = ::torch::arange(o.model.classes).repeat_interleave(kCols);
         const ::torch::Tensor pixels = to_pixels(E(zs, ys)).contiguous();
-        const Image grid = tile_images(
-            {pixels.data_ptr<std::uint8_t>(), static_cast<std::size_t>(pixels.numel())},
-            static_cast<int>(zs.size(0)), 28, 28, 1, {.cols = kCols});
+        const Image grid =
+            tile_images({pixels.data_ptr<std::uint8_t>(), static_cast<std::size_t>(pixels.numel())},
+                        static_cast<int>(zs.size(0)), 28, 28, 1, {.cols = kCols});
         reporter->image("samples", step, grid);
         if (!o.out.empty()) {
           char name[40];

@@ -46,10 +46,15 @@ ResNetImpl::ResNetImpl(const ResNetOptions& options) {
 }
 
 ::torch::Tensor ResNetImpl::forward(const ::torch::Tensor& images) {
+  return logits(features(images));
+}
+
+::torch::Tensor ResNetImpl::features(const ::torch::Tensor& images) {
   ::torch::Tensor x = ::torch::relu(stem_bn_(stem_(images)));
   for (ResidualBlock& block : blocks_) x = block(x);
-  x = ::torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
-  return head_(x);
+  return ::torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
 }
+
+::torch::Tensor ResNetImpl::logits(const ::torch::Tensor& features) { return head_(features); }
 
 }  // namespace replicator::apps

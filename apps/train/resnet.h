@@ -36,8 +36,13 @@ class ResidualBlock : public ::torch::nn::ModuleHolder<ResidualBlockImpl> {
 class ResNetImpl : public ::torch::nn::Module {
  public:
   explicit ResNetImpl(const ResNetOptions& options = {});
-  // [N, 1, 28, 28] float images → [N, classes] logits.
+  // [N, 1, 28, 28] float images → [N, classes] logits: logits(features(images)).
   ::torch::Tensor forward(const ::torch::Tensor& images);
+  // [N, 1, 28, 28] float images → [N, widths.back()]: the penultimate layer, after global
+  // average pooling, before the linear head (the features of apps/eval's Fréchet distance).
+  ::torch::Tensor features(const ::torch::Tensor& images);
+  // [N, widths.back()] features → [N, classes] logits (the linear head).
+  ::torch::Tensor logits(const ::torch::Tensor& features);
 
  private:
   ::torch::nn::Conv2d stem_{nullptr};
