@@ -262,18 +262,7 @@ TrainResult train_classifier(const TrainOptions& o) {
     result.digest = check_replicas_agree(ctx, *model);
     return result;
   };
-  auto results = replicator.run([&](ReplicaContext& ctx) {
-    try {
-      return train_replica(ctx);
-    } catch (const c10::Error& e) {
-      // LibTorch's messages carry a C++ backtrace; the sentence is what a user needs.
-      throw Error(std::string("LibTorch: ") + e.what_without_backtrace());
-    }
-  });
-  for (int local = 0; local < replicator.num_local_replicas(); ++local) {
-    if (results[local].reporter) return results[local];
-  }
-  return results[0];
+  return run_job_replicas(replicator, train_replica);
 }
 
 }  // namespace replicator::apps

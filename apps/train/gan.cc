@@ -322,17 +322,7 @@ GanResult train_gan(const GanOptions& o) {
     result.digest = check_replicas_agree(ctx, *models);
     return result;
   };
-  auto results = replicator.run([&](ReplicaContext& ctx) {
-    try {
-      return train_replica(ctx);
-    } catch (const c10::Error& e) {
-      throw Error(std::string("LibTorch: ") + e.what_without_backtrace());
-    }
-  });
-  for (int local = 0; local < replicator.num_local_replicas(); ++local) {
-    if (results[local].reporter) return results[local];
-  }
-  return results[0];
+  return run_job_replicas(replicator, train_replica);
 }
 
 void standing_statistics_for_sampling(Generator& generator, int batches, std::int64_t global,

@@ -338,19 +338,7 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
     return result;
   };
 
-  const auto run_learners = [&] {
-    auto results = replicator.run([&](ReplicaContext& ctx) {
-      try {
-        return learner_replica(ctx);
-      } catch (const c10::Error& e) {
-        throw Error(std::string("LibTorch: ") + e.what_without_backtrace());
-      }
-    });
-    for (int local = 0; local < L; ++local) {
-      if (results[local].reporter) return results[local];
-    }
-    return results[0];
-  };
+  const auto run_learners = [&] { return run_job_replicas(replicator, learner_replica); };
   ImpalaResult result;
   try {
     result = run_learners();

@@ -7,7 +7,9 @@
 #include <optional>
 #include <string>
 
+#include "replicator/errors.h"
 #include "replicator/replica_context.h"
+#include "replicator/replicator.h"
 #include "replicator/torch/checkpoint.h"
 
 namespace replicator::apps {
@@ -30,6 +32,25 @@ inline replicator::torch::TrainingPosition resume_job(ReplicaContext& ctx,
                                                       ::torch::nn::Module& model,
                                                       ::torch::optim::Optimizer& optimizer) {
   return resume_job(ctx, resume, folder, model, replicator::torch::Optimizers{&optimizer});
+}
+
+// Runs `replica_job(ctx)` on every replica of `replicator` and returns the result of the
+// replica whose `reporter` field is true on this process (replica 0's process), else local
+// replica 0's. LibTorch's errors become replicator::Error with their sentence (LibTorch's
+// messages carry a C++ backtrace). BLOCKS for the whole run; throws what the replicas throw.
+template <typename ReplicaJob>
+auto run_job_replicas(Replicator& replicator, ReplicaJob&& replica_job) {
+  auto results = replicator.run([&](ReplicaContext& ctx) {
+    try {
+      return replica_job(ctx);
+    } catch (const c10::Error& e) {
+      throw Error(std::string("LibTorch: ") + e.what_without_backtrace());
+    }
+  });
+  for (int local = 0; local < replicator.num_local_replicas(); ++local) {
+    if (results[local].reporter) return results[local];
+  }
+  return results[0];
 }
 
 // Checks that every replica ends with the same parameters and buffers (a difference would be
