@@ -24,7 +24,6 @@ std::string optimizer_key(std::size_t i);
 // archive, when LibTorch cannot read them, or when they do not fit the model (checked
 // before the model changes) or hold another number of optimizers. Never blocks.
 TrainingPosition load_checkpoint_bytes(std::string_view bytes, const std::string& name,
-                                       ::torch::nn::Module& model,
-                                       const Optimizers& optimizers);
+                                       ::torch::nn::Module& model, const Optimizers& optimizers);
 
 }  // namespace replicator::torch::detail
