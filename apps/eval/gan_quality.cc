@@ -5,7 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
-#include <utility>
+#include <memory>
 #include <vector>
 
 #include "replicator/data/sharded_loader.h"
@@ -147,12 +147,12 @@ TrainOptions cas_training_options() {
   return o;
 }
 
-double classification_accuracy_score(std::shared_ptr<const data::Examples> train,
-                                     std::shared_ptr<const data::Examples> test,
+double classification_accuracy_score(const data::Examples& train, const data::Examples& test,
                                      const TrainOptions& training) {
   TrainOptions o = training;
-  o.train_examples = std::move(train);
-  o.test_examples = std::move(test);
+  // Copies of the tensor handles; the images are shared, not copied.
+  o.train_examples = std::make_shared<const data::Examples>(train);
+  o.test_examples = std::make_shared<const data::Examples>(test);
   o.evaluate = true;
   const TrainResult result = train_classifier(o);
   if (result.test_accuracy < 0) {
@@ -185,9 +185,7 @@ QualityReference quality_reference(ResNet& classifier, const data::Examples& tra
   r.ceiling_gan_test_accuracy = trivial.accuracy;
 
   if (options.cas) {
-    r.cas_real = classification_accuracy_score(std::make_shared<const data::Examples>(train),
-                                               std::make_shared<const data::Examples>(test),
-                                               options.cas_training);
+    r.cas_real = classification_accuracy_score(train, test, options.cas_training);
   }
   r.seconds = seconds_since(started);
   return r;
@@ -205,9 +203,7 @@ GanQuality evaluate_samples(ResNet& classifier, const QualityReference& referenc
   q.fd = scored.fd;
   q.gan_test_accuracy = scored.accuracy;
   if (options.cas) {
-    q.cas = classification_accuracy_score(std::make_shared<const data::Examples>(generated),
-                                          std::make_shared<const data::Examples>(test),
-                                          options.cas_training);
+    q.cas = classification_accuracy_score(generated, test, options.cas_training);
   }
   q.reference = reference;
   q.seconds = seconds_since(started);

@@ -16,7 +16,6 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -63,8 +62,7 @@ TrainOptions cas_training_options();
 // epoch, of a fresh classifier trained on `train` only with `training` (its data fields are
 // replaced; it is always evaluated). BLOCKS for minutes on full sets. Throws InvalidArgument
 // when training stops before an epoch ends (max_steps), and what train_classifier throws.
-double classification_accuracy_score(std::shared_ptr<const data::Examples> train,
-                                     std::shared_ptr<const data::Examples> test,
+double classification_accuracy_score(const data::Examples& train, const data::Examples& test,
                                      const TrainOptions& training);
 
 struct EvalOptions {
