@@ -90,6 +90,8 @@ Command add_eval_real(CLI::App& eval) {
   app->add_option("--cas-epochs", o.cas_training.epochs, "Epochs of each CAS classifier")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
+  app->add_flag("--cas-augment", o.cas_training.augment,
+                "Train the CAS classifiers with the train job's random flips and shifts");
   app->add_option("--samples", o.samples, "Images in each Fréchet distance")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{2}, std::int64_t{60000}));

@@ -250,8 +250,8 @@ TEST(Cas, TrainsOnATinySetAndScoresIt) {
   training.epochs = 2;
   training.batch = 64;
   training.threads = 1;
-  const auto train = std::make_shared<const Examples>(synthetic(128, 7));  // 2 steps an epoch
-  const auto test = std::make_shared<const Examples>(synthetic(100, 8));
+  const Examples train = synthetic(128, 7);  // 2 steps an epoch
+  const Examples test = synthetic(100, 8);
   const double cas = apps::classification_accuracy_score(train, test, training);
   EXPECT_GE(cas, 0);
   EXPECT_LE(cas, 1);
