@@ -253,9 +253,7 @@ TrainResult train_classifier(const TrainOptions& o) {
       std::vector<Chart> charts =
           charts_from_metrics(reporter->metrics_path(), "step", {{"loss"}, {"test_accuracy"}});
       if (charts[1].series[0].x.empty()) charts.pop_back();
-      const Image curves = render_charts(charts);
-      write_png(o.out / "curves.png", curves);
-      reporter->image("curves", step, curves);
+      reporter->picture("curves", step, render_charts(charts));
     }
     if (reporter) reporter->finish();
 

@@ -194,12 +194,11 @@ GanResult train_gan(const GanOptions& o) {
         const Image grid =
             tile_images({pixels.data_ptr<std::uint8_t>(), static_cast<std::size_t>(pixels.numel())},
                         static_cast<int>(zs.size(0)), 28, 28, 1, {.cols = kCols});
-        reporter->image("samples", step, grid);
+        reporter->picture("samples", step, grid);
         if (!o.out.empty()) {
           char name[40];
           std::snprintf(name, sizeof name, "samples-%09lld.png", static_cast<long long>(step));
           write_png(o.out / name, grid);
-          write_png(o.out / "samples.png", grid);
         }
         if (o.quality) {
           nlohmann::ordered_json record{{"type", "quality"}, {"step", step}};
@@ -312,11 +311,7 @@ GanResult train_gan(const GanOptions& o) {
           reporter->metrics_path(), "step",
           {{"d_loss", "g_loss"}, {"d_real", "d_fake"}, {"fd"}, {"gan_test_accuracy"}}, "",
           /*skip_empty=*/true);
-      if (!charts.empty()) {
-        const Image curves = render_charts(charts);
-        write_png(o.out / "curves.png", curves);
-        reporter->image("curves", step, curves);
-      }
+      if (!charts.empty()) reporter->picture("curves", step, render_charts(charts));
     }
     if (reporter) reporter->finish();
     result.digest = check_replicas_agree(ctx, *models);

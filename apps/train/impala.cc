@@ -332,6 +332,24 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
     result.seconds = seconds_since(started);
     result.steps_per_s = static_cast<double>(step - first_step) / result.seconds;
     result.frames_per_s = result.steps_per_s * static_cast<double>(frames_per_step);
+    if (reporter && !o.out.empty()) {
+      // The learning curve, against frames and against wall seconds (metrics.jsonl holds the
+      // steps before a resume too).
+      const std::filesystem::path metrics = reporter->metrics_path();
+      std::vector<Chart> charts =
+          charts_from_metrics(metrics, "frames", {{"mean_return", "random_return"}}, "train");
+      std::vector<Chart> by_time =
+          charts_from_metrics(metrics, "seconds", {{"mean_return", "random_return"}}, "train");
+      charts.insert(charts.end(), by_time.begin(), by_time.end());
+      if (charts.size() == 2) {
+        charts[0].title = o.env + ": mean return of the last 100 episodes";
+        charts[0].x_label = "frames";
+        charts[1].title = o.env + ": mean return against wall time";
+        charts[1].x_label = "seconds";
+        for (Chart& c : charts) c.y_label = "return";
+        reporter->picture("learning_curve", step, render_charts(charts));
+      }
+    }
     if (reporter) reporter->finish();
 
     result.digest = check_replicas_agree(ctx, *model);
@@ -350,23 +368,6 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
   actors.stop();
   if (std::exception_ptr error = actors.error()) std::rethrow_exception(error);
 
-  if (result.reporter && !o.out.empty()) {
-    // The learning curve, against frames and against wall seconds.
-    const std::filesystem::path metrics = o.out / "metrics.jsonl";
-    std::vector<Chart> charts =
-        charts_from_metrics(metrics, "frames", {{"mean_return", "random_return"}}, "train");
-    std::vector<Chart> by_time =
-        charts_from_metrics(metrics, "seconds", {{"mean_return", "random_return"}}, "train");
-    charts.insert(charts.end(), by_time.begin(), by_time.end());
-    if (charts.size() == 2) {
-      charts[0].title = o.env + ": mean return of the last 100 episodes";
-      charts[0].x_label = "frames";
-      charts[1].title = o.env + ": mean return against wall time";
-      charts[1].x_label = "seconds";
-      for (Chart& c : charts) c.y_label = "return";
-      write_png(o.out / "learning_curve.png", render_charts(charts));
-    }
-  }
   return result;
 }
 

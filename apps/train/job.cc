@@ -141,6 +141,11 @@ void JobReporter::image(const std::string& tag, std::int64_t step, const Image& 
   tensorboard_->image(tag, step, png, image.height, image.width, image.channels);
 }
 
+void JobReporter::picture(const std::string& name, std::int64_t step, const Image& image) {
+  if (!options_.out.empty()) write_png(options_.out / (name + ".png"), image);
+  this->image(name, step, image);
+}
+
 void JobReporter::finish() {
   end_progress_line();
   if (metrics_.is_open()) metrics_.close();

@@ -106,6 +106,11 @@ class JobReporter {
   // without `tensorboard`. BLOCKS on file I/O. Throws InvalidArgument on an image that
   // encode_png refuses, DataError when the event cannot be written.
   void image(const std::string& tag, std::int64_t step, const Image& image);
+  // A picture of the run: writes `image` as <out>/<name>.png (nothing without `out`) and as
+  // the TensorBoard image `name` at `step` (nothing without `tensorboard`). BLOCKS on file
+  // I/O. Throws InvalidArgument on an image that encode_png refuses, DataError when the file
+  // or the event cannot be written.
+  void picture(const std::string& name, std::int64_t step, const Image& image);
   // Ends the progress line on a terminal and closes metrics.jsonl and the TensorBoard file;
   // nothing is written after it. Idempotent; the destructor calls it. Never throws.
   void finish();

@@ -334,6 +334,29 @@ TEST(JobReporterTensorBoard, AResumedRunMarksARestartAfterItsStep) {
   EXPECT_EQ(summary_value(records[2]).tag, "train/loss");
 }
 
+TEST(JobReporterTensorBoard, APictureIsAFileInOutAndAnImageInTensorBoard) {
+  TempDir dir;
+  const Image picture = Image::filled(4, 3, 1, 77);
+  {
+    JobReporter reporter(
+        {.out = dir.path() / "out", .tensorboard = dir.path() / "tb", .err = sink()});
+    reporter.picture("curves", 9, picture);
+  }
+  const Bytes png = encode_png(4, 3, 1, Bytes(12, 77));
+  EXPECT_EQ(read_bytes(dir.path() / "out" / "curves.png"), png);
+  const std::vector<fs::path> files = files_in(dir.path() / "tb");
+  ASSERT_EQ(files.size(), 1u);
+  const std::vector<Bytes> records = read_records(files[0]);
+  ASSERT_EQ(records.size(), 2u);
+  const Value image = summary_value(records[1]);
+  EXPECT_EQ(image.tag, "curves");
+  EXPECT_EQ(image.step, 9);
+  EXPECT_EQ(one(decode(one(image.fields, 4).bytes), 4).bytes, png);
+
+  JobReporter no_folders({.err = sink()});
+  no_folders.picture("curves", 1, picture);  // nothing to write, nothing thrown
+}
+
 TEST(JobReporterTensorBoard, ImagesWithoutAFolderAreDropped) {
   JobReporter reporter({.err = sink()});
   reporter.image("grid", 1, Image::filled(2, 2, 1, 0));  // nothing to write, nothing thrown
