@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "apps/command.h"
 #include "apps/eval/gan_quality.h"
@@ -30,21 +31,18 @@ int run_eval_real(const EvalRealFlags& f) {
   EvalOptions o = f.options;
   o.cas_training.threads = f.threads;
   at::set_num_threads(f.threads);
-  const std::filesystem::path dir =
-      f.data_dir.empty() ? data::default_fashion_mnist_dir() : std::filesystem::path(f.data_dir);
+  // The classifier first: a bad file fails before the data are read.
   ResNet classifier = load_classifier(f.classifier);
-  const data::Examples train = data::read_fashion_mnist(dir, data::Split::kTrain);
-  const data::Examples test = data::read_fashion_mnist(dir, data::Split::kTest);
   if (o.cas) {
     std::fprintf(stderr, "training 2 classifiers for the CAS (%d epochs each)...\n",
                  o.cas_training.epochs);
   }
-  const QualityReference reference = quality_reference(classifier, train, test, o);
+  QualitySetup q = prepare_quality(std::move(classifier), f.data_dir, o);
   // As many images as the training set, so that the CAS trains on as many as the real one;
   // another seed than the ceiling's.
-  const std::int64_t n = o.cas ? train.size() : o.samples;
+  const std::int64_t n = o.cas ? q.train.size() : o.samples;
   const GanQuality quality = evaluate_samples(
-      classifier, reference, trivial_generator_examples(train, n, o.seed + 1), test, o);
+      q.classifier, q.reference, trivial_generator_examples(q.train, n, o.seed + 1), q.test, o);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (f.json) {

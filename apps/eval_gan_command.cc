@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "apps/command.h"
@@ -39,17 +40,14 @@ int run_eval_gan(const EvalGanFlags& f) {
   EvalOptions o = f.options;
   o.cas_training.threads = f.threads;
   at::set_num_threads(f.threads);
-  const std::filesystem::path dir =
-      f.data_dir.empty() ? data::default_fashion_mnist_dir() : std::filesystem::path(f.data_dir);
+  // The classifier first: a bad file fails before the data are read.
   ResNet classifier = load_classifier(f.classifier);
-  const data::Examples train = data::read_fashion_mnist(dir, data::Split::kTrain);
-  const data::Examples test = data::read_fashion_mnist(dir, data::Split::kTest);
   if (o.cas) {
     std::fprintf(stderr,
                  "training 2 classifiers for the CAS of the last checkpoint (%d epochs each)...\n",
                  o.cas_training.epochs);
   }
-  const QualityReference reference = quality_reference(classifier, train, test, o);
+  QualitySetup q = prepare_quality(std::move(classifier), f.data_dir, o);
 
   Chart fd_chart{.title = "Frechet distance (classifier features)", .x_label = "step"};
   Chart accuracy_chart{.title = "GAN-test accuracy", .x_label = "step"};
@@ -64,14 +62,14 @@ int run_eval_gan(const EvalGanFlags& f) {
     EvalOptions each = o;
     each.cas = o.cas && last;
     // As many images as the training set for the CAS, else the FD's.
-    const std::int64_t n = each.cas ? train.size() : o.samples;
+    const std::int64_t n = each.cas ? q.train.size() : o.samples;
     const data::Examples generated =
         sample_examples(models->ema, (n + f.model.classes - 1) / f.model.classes, o.seed + 1);
-    const GanQuality q = evaluate_samples(classifier, reference, generated, test, each);
+    const GanQuality quality = evaluate_samples(q.classifier, q.reference, generated, q.test, each);
     fd_chart.series[0].x.push_back(static_cast<double>(position.step));
-    fd_chart.series[0].y.push_back(q.fd);
+    fd_chart.series[0].y.push_back(quality.fd);
     accuracy_chart.series[0].x.push_back(static_cast<double>(position.step));
-    accuracy_chart.series[0].y.push_back(q.gan_test_accuracy);
+    accuracy_chart.series[0].y.push_back(quality.gan_test_accuracy);
     if (f.json) {
       nlohmann::ordered_json j;
       j["type"] = "eval";
@@ -79,11 +77,12 @@ int run_eval_gan(const EvalGanFlags& f) {
       j["checkpoint"] = f.checkpoints[i];
       j["step"] = position.step;
       j["classifier"] = f.classifier;
-      j.update(to_json(q));
+      j.update(to_json(quality));
       print_json_result(j);
     } else {
       std::printf("%s (step %lld)\n%s", f.checkpoints[i].c_str(),
-                  static_cast<long long>(position.step), quality_table(q, "generator").c_str());
+                  static_cast<long long>(position.step),
+                  quality_table(quality, "generator").c_str());
     }
   }
   if (!f.plot.empty()) {
@@ -91,13 +90,13 @@ int run_eval_gan(const EvalGanFlags& f) {
     const std::vector<double>& x = fd_chart.series[0].x;
     const double lo = x.front(), hi = x.back();
     fd_chart.series.push_back(
-        {.name = "floor (real)", .x = {lo, hi}, .y = {reference.fd_floor, reference.fd_floor}});
+        {.name = "floor (real)", .x = {lo, hi}, .y = {q.reference.fd_floor, q.reference.fd_floor}});
     fd_chart.series.push_back({.name = "ceiling (class mean + noise)",
                                .x = {lo, hi},
-                               .y = {reference.fd_ceiling, reference.fd_ceiling}});
+                               .y = {q.reference.fd_ceiling, q.reference.fd_ceiling}});
     accuracy_chart.series.push_back({.name = "real test images",
                                      .x = {lo, hi},
-                                     .y = {reference.test_accuracy, reference.test_accuracy}});
+                                     .y = {q.reference.test_accuracy, q.reference.test_accuracy}});
     write_png(f.plot, render_charts({fd_chart, accuracy_chart}));
   }
   if (!f.json) {

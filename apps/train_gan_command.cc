@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "apps/command.h"
@@ -34,34 +35,25 @@ int run_gan(const GanFlags& f) {
   o.tensorboard = f.job.tensorboard;
   if (!f.classifier.empty()) {
     // FD and GAN-test accuracy at every sample grid, against a reference computed once.
-    struct Quality {
-      ResNet classifier{nullptr};
-      data::Examples test;
-      QualityReference reference;
-      EvalOptions options;
-    };
-    auto q = std::make_shared<Quality>();
-    q->options.samples = f.quality_samples;
-    const std::filesystem::path dir =
-        o.data_dir.empty() ? data::default_fashion_mnist_dir() : o.data_dir;
-    q->classifier = load_classifier(f.classifier);  // before the run: a bad file fails early
+    // The classifier is read before the run, so that a bad file fails early; the data and
+    // the reference at the first grid.
+    const ResNet classifier = load_classifier(f.classifier);
+    auto q = std::make_shared<std::optional<QualitySetup>>();
+    const EvalOptions options{.samples = f.quality_samples};
+    const std::filesystem::path dir = o.data_dir;
     const std::uint64_t seed = o.seed;
     const std::int64_t classes = o.model.classes;
-    o.quality = [q, dir, seed, classes](Generator& ema, std::int64_t step) {
-      if (!q->test.labels.defined()) {
-        q->test = data::read_fashion_mnist(dir, data::Split::kTest);
-        const data::Examples train = data::read_fashion_mnist(dir, data::Split::kTrain);
-        q->reference = quality_reference(q->classifier, train, q->test, q->options);
-      }
-      const data::Examples generated =
-          sample_examples(ema, (q->options.samples + classes - 1) / classes,
-                          seed + static_cast<std::uint64_t>(step));
+    o.quality = [classifier, q, options, dir, seed, classes](Generator& ema, std::int64_t step) {
+      if (!*q) q->emplace(prepare_quality(classifier, dir, options));
+      QualitySetup& setup = **q;
+      const data::Examples generated = sample_examples(
+          ema, (options.samples + classes - 1) / classes, seed + static_cast<std::uint64_t>(step));
       const GanQuality quality =
-          evaluate_samples(q->classifier, q->reference, generated, q->test, q->options);
+          evaluate_samples(setup.classifier, setup.reference, generated, setup.test, options);
       return std::vector<std::pair<std::string, double>>{
           {"fd", quality.fd},
-          {"fd_floor", q->reference.fd_floor},
-          {"fd_ceiling", q->reference.fd_ceiling},
+          {"fd_floor", setup.reference.fd_floor},
+          {"fd_ceiling", setup.reference.fd_ceiling},
           {"gan_test_accuracy", quality.gan_test_accuracy}};
     };
   }

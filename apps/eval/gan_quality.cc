@@ -191,6 +191,16 @@ QualityReference quality_reference(ResNet& classifier, const data::Examples& tra
   return r;
 }
 
+QualitySetup prepare_quality(ResNet classifier, const std::filesystem::path& data_dir,
+                             const EvalOptions& options) {
+  const std::filesystem::path dir = data_dir.empty() ? data::default_fashion_mnist_dir() : data_dir;
+  QualitySetup setup{.classifier = std::move(classifier),
+                     .train = data::read_fashion_mnist(dir, data::Split::kTrain),
+                     .test = data::read_fashion_mnist(dir, data::Split::kTest)};
+  setup.reference = quality_reference(setup.classifier, setup.train, setup.test, options);
+  return setup;
+}
+
 GanQuality evaluate_samples(ResNet& classifier, const QualityReference& reference,
                             const data::Examples& generated, const data::Examples& test,
                             const EvalOptions& options) {

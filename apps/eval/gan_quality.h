@@ -107,6 +107,21 @@ GanQuality evaluate_samples(ResNet& classifier, const QualityReference& referenc
                             const data::Examples& generated, const data::Examples& test,
                             const EvalOptions& options);
 
+// What measurements against one classifier share: the classifier, both Fashion-MNIST
+// splits and the reference, computed once.
+struct QualitySetup {
+  ResNet classifier{nullptr};
+  data::Examples train;
+  data::Examples test;
+  QualityReference reference;
+};
+
+// Reads both splits from `data_dir` (empty: data::default_fashion_mnist_dir()) and computes
+// the reference of `classifier` with `options`. BLOCKS as quality_reference, and on file
+// I/O. Throws DataError when the data cannot be read, and what quality_reference throws.
+QualitySetup prepare_quality(ResNet classifier, const std::filesystem::path& data_dir,
+                             const EvalOptions& options);
+
 // One JSON object of the figures (no statistics): samples, fd, fd_floor, fd_ceiling,
 // gan_test_accuracy, classifier_test_accuracy, ceiling_gan_test_accuracy, cas, cas_real
 // (null without CAS), seconds, reference_seconds.
