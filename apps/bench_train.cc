@@ -107,7 +107,7 @@ std::string command_for(const BenchTrainFlags& f, const Configuration& c, Memory
   return memory_mode_environment(memory) + " " + quote(f.python) + " " + quote(f.ddp_script) +
          " --processes " + std::to_string(c.processes) + " --threads " + std::to_string(c.threads) +
          " --batch " + std::to_string(f.batch) + " --steps " + std::to_string(f.steps) +
-         " --warmup " + std::to_string(f.warmup) + model + " 2>/dev/null";
+         " --warmup " + std::to_string(f.warmup) + model + (gan ? " --json" : "") + " 2>/dev/null";
 }
 
 int run_bench_train(const BenchTrainFlags& f) {

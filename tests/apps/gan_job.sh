@@ -5,6 +5,8 @@
 #   the same bits after 3 steps on 1 process x 2 threads, 2 mpi and 2 gloo processes;
 #   --tensorboard: TensorBoard's reader finds the losses, the sample grids and the curves
 #   (skipped, saying so, without a PYTHON that has tensorboard);
+#   `bench gan` gets a result from one replica and from the PyTorch peer (the peer skipped,
+#   saying so, without a PYTHON that has torch);
 #   gradient accumulation runs; bad input fails clearly.
 # Usage: gan_job.sh BUILD_DIR HAVE_MPI HAVE_GLOO [PYTHON]   (HAVE_*: 1 or 0)
 set -euo pipefail
@@ -77,6 +79,22 @@ if [ -x "$python" ] && "$python" -c 'import tensorboard' 2>/dev/null; then
 else
   echo "skipped the TensorBoard check: no python with tensorboard at '$python'"
 fi
+
+# The benchmark reads a result from each layout it runs, the PyTorch peer's too (skipped,
+# saying so, without a PYTHON that has torch).
+configs=(local-1x1)
+if [ -x "$python" ] && "$python" -c 'import torch' 2>/dev/null; then configs+=(ddp-gloo-2x1); fi
+"$replicator" bench gan --steps 1 --warmup 0 --repeats 1 --batch 4 --width 4 --memory keep \
+  --configs "${configs[@]}" --python "${python:-python3}" --ddp-script "$here/../../bench/ddp_gan.py" \
+  --json >"$work/bench.json" 2>"$work/bench.err" || fail "bench gan: $(cat "$work/bench.err")"
+python3 - "$work/bench.json" "${configs[@]}" <<'PY' || fail "bench gan: $(cat "$work/bench.json")"
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
+got = sorted(r["config"] for r in rows if r.get("images_per_s", 0) > 0)
+assert got == sorted(sys.argv[2:]), got
+PY
+echo "bench gan: ${configs[*]}"
+[[ ${#configs[@]} == 2 ]] || echo "skipped the peer in bench gan: no python with torch at '$python'"
 
 # Gradient accumulation: 2 micro-batches per replica.
 out=$("$replicator" "${common[@]}" "${batch[@]}" --replicas 2 --steps 2 --accumulate 2 2>"$work/acc.err") ||
