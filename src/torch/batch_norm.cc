@@ -1,18 +1,20 @@
 // Training-mode cross-replica batch norm as a custom autograd function.
 //
 // Forward: each replica takes its per-channel mean m_r and biased variance v_r over its n_r
-// values (LibTorch's one-pass var_mean), and one all_reduce of
+// values (one pass, shifted sums in double), and one all_reduce of
 // [Σ n_r·m_r, Σ n_r·v_r, Σ n_r·m_r², Σ n_r] (3C+1 doubles) gives the global statistics:
 // mean = Σ n_r·m_r / N and var = (Σ n_r·v_r + Σ n_r·m_r² − N·mean²) / N (the parallel
 // variance formula: only the between-replica term is a difference, so no cancellation on
-// data with a large mean). y comes from LibTorch's own batch norm kernel fed with them.
+// data with a large mean). y = x·scale + offset per channel, from them.
 // Backward, with x̂ = (x − mean)·invstd and N the global count:
-//   dw = Σ_local dy·x̂,  db = Σ_local dy        (LibTorch's backward kernel computes both
-//                                                in one pass; they stay local: the gradient
+//   dw = Σ_local dy·x̂,  db = Σ_local dy        (one pass; they stay local: the gradient
 //                                                reducer combines parameter gradients)
 //   dx = w·invstd·(dy − Σ_global dy / N − x̂·Σ_global dy·x̂ / N)
 // with one all_reduce of [Σdy, Σdy·x̂] (2C doubles); dx is evaluated as dy·a + x·b + c
-// with per-channel a, b, c (two passes over the activations).
+// with per-channel a, b, c (two passes over the activations in all).
+// The passes are the loops of batch_norm_kernels.h, over contiguous or channels-last float32
+// (the layout of the input is kept: the output and dx have it too); other dtypes and
+// layouts go through LibTorch's operations.
 #include "replicator/torch/batch_norm.h"
 
 #include <torch/torch.h>
@@ -51,15 +53,24 @@ void reduce_if_replicated(ReplicaContext* ctx, const ::torch::Tensor& sums) {
   if (ctx != nullptr && ctx->num_replicas() > 1) all_reduce(*ctx, sums);
 }
 
-// The fast loops (batch_norm_kernels.h) take contiguous float32; other inputs go through
-// LibTorch operations with the same arithmetic.
+// The fast loops (batch_norm_kernels.h) take float32 that is contiguous or, in 4 dimensions,
+// contiguous in channels-last order; other inputs go through LibTorch operations with the
+// same arithmetic.
 bool fast(const ::torch::Tensor& t) {
-  return t.scalar_type() == ::torch::kFloat32 && t.is_contiguous() && t.numel() > 0;
+  return t.scalar_type() == ::torch::kFloat32 && t.numel() > 0 &&
+         (t.is_contiguous() || t.is_contiguous(::torch::MemoryFormat::ChannelsLast));
+}
+
+// The order the loops walk a fast tensor in: LibTorch's contiguous order where the tensor
+// has it (also when both orders are the same memory, as with one channel), else channels last.
+::torch::MemoryFormat layout_of(const ::torch::Tensor& t) {
+  return t.is_contiguous() ? ::torch::MemoryFormat::Contiguous
+                           : ::torch::MemoryFormat::ChannelsLast;
 }
 
 detail::Shape shape_of(const ::torch::Tensor& x) {
   const std::int64_t n = x.size(0), c = x.size(1);
-  return {n, c, x.numel() / (n * c)};
+  return {n, c, x.numel() / (n * c), layout_of(x) == ::torch::MemoryFormat::ChannelsLast};
 }
 
 ::torch::Tensor f64(const ::torch::Tensor& t) { return t.to(::torch::kFloat64); }
@@ -161,9 +172,10 @@ class CrossReplicaBatchNormFunction
     const ::torch::Tensor& invstd = saved[3];
     const double count = actx->saved_data["count"].toDouble();
     ReplicaContext* ctx = context_from(actx->saved_data["ctx"]);
-    const ::torch::Tensor dy = grads[0].contiguous();
+    const ::torch::Tensor dy =
+        grads[0].contiguous(fast(x) ? layout_of(x) : ::torch::MemoryFormat::Contiguous);
     const std::int64_t channels = x.size(1);
-    const bool use_loops = fast(x) && fast(dy);
+    const bool use_loops = fast(x) && fast(dy) && layout_of(dy) == layout_of(x);
 
     // Local Σdy and Σdy·x̂ (one pass).
     ::torch::Tensor sums = ::torch::empty({2 * channels}, x.options().dtype(::torch::kFloat64));

@@ -3,10 +3,29 @@
 #include <algorithm>
 
 namespace replicator::torch::detail {
+namespace {
+
+// Channels last: the n·s rows of c channels, one after another.
+std::int64_t rows(Shape shape) { return shape.n * shape.s; }
+
+}  // namespace
+
 void shifted_channel_sums(const float* x, Shape shape, const float* shift, double* sum,
                           double* sumsq) {
   std::fill(sum, sum + shape.c, 0.0);
   std::fill(sumsq, sumsq + shape.c, 0.0);
+  if (shape.channels_last) {
+    for (std::int64_t r = 0; r < rows(shape); ++r) {
+      const float* row = x + r * shape.c;
+#pragma omp simd
+      for (std::int64_t c = 0; c < shape.c; ++c) {
+        const double d = static_cast<double>(row[c]) - shift[c];
+        sum[c] += d;
+        sumsq[c] += d * d;
+      }
+    }
+    return;
+  }
   for (std::int64_t i = 0; i < shape.n; ++i) {
     for (std::int64_t c = 0; c < shape.c; ++c) {
       const float* row = x + (i * shape.c + c) * shape.s;
@@ -26,6 +45,14 @@ void shifted_channel_sums(const float* x, Shape shape, const float* shift, doubl
 
 void channel_affine(const float* x, Shape shape, const float* scale, const float* offset,
                     float* y) {
+  if (shape.channels_last) {
+    for (std::int64_t r = 0; r < rows(shape); ++r) {
+      const std::int64_t base = r * shape.c;
+#pragma omp simd
+      for (std::int64_t c = 0; c < shape.c; ++c) y[base + c] = x[base + c] * scale[c] + offset[c];
+    }
+    return;
+  }
   for (std::int64_t i = 0; i < shape.n; ++i) {
     for (std::int64_t c = 0; c < shape.c; ++c) {
       const std::int64_t base = (i * shape.c + c) * shape.s;
@@ -40,6 +67,18 @@ void gradient_sums(const float* dy, const float* x, Shape shape, const float* ce
                    double* sum_dy, double* sum_dy_centered) {
   std::fill(sum_dy, sum_dy + shape.c, 0.0);
   std::fill(sum_dy_centered, sum_dy_centered + shape.c, 0.0);
+  if (shape.channels_last) {
+    for (std::int64_t r = 0; r < rows(shape); ++r) {
+      const std::int64_t base = r * shape.c;
+#pragma omp simd
+      for (std::int64_t c = 0; c < shape.c; ++c) {
+        const double g = dy[base + c];
+        sum_dy[c] += g;
+        sum_dy_centered[c] += g * (static_cast<double>(x[base + c]) - center[c]);
+      }
+    }
+    return;
+  }
   for (std::int64_t i = 0; i < shape.n; ++i) {
     for (std::int64_t c = 0; c < shape.c; ++c) {
       const std::int64_t base = (i * shape.c + c) * shape.s;
@@ -59,6 +98,16 @@ void gradient_sums(const float* dy, const float* x, Shape shape, const float* ce
 
 void input_gradient(const float* dy, const float* x, Shape shape, const float* a, const float* b,
                     const float* k, float* dx) {
+  if (shape.channels_last) {
+    for (std::int64_t r = 0; r < rows(shape); ++r) {
+      const std::int64_t base = r * shape.c;
+#pragma omp simd
+      for (std::int64_t c = 0; c < shape.c; ++c) {
+        dx[base + c] = dy[base + c] * a[c] + x[base + c] * b[c] + k[c];
+      }
+    }
+    return;
+  }
   for (std::int64_t i = 0; i < shape.n; ++i) {
     for (std::int64_t c = 0; c < shape.c; ++c) {
       const std::int64_t base = (i * shape.c + c) * shape.s;

@@ -1,6 +1,8 @@
-// Per-channel loops of cross-replica batch norm over contiguous float32 [N, C, S] data
-// (S = the product of the spatial sizes). Each is one pass over the activations; sums
-// accumulate in double (vectorised: `omp simd` reductions).
+// Per-channel loops of cross-replica batch norm over contiguous float32 data of N examples,
+// C channels and S positions (S = the product of the spatial sizes), laid out as [N, C, S]
+// (LibTorch's contiguous format) or as [N, S, C] (channels last). Each is one pass over the
+// activations; sums accumulate in double (vectorised with `omp simd`: along S in [N, C, S],
+// across the channels in [N, S, C]).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +11,7 @@ namespace replicator::torch::detail {
 
 struct Shape {
   std::int64_t n, c, s;
+  bool channels_last = false;  // [N, S, C] in memory instead of [N, C, S]
 };
 
 // sum[c] = Σ (x − shift[c]), sumsq[c] = Σ (x − shift[c])², over the n·s values of channel c.

@@ -57,9 +57,11 @@ StepResult train_step(Holder& bn, const torch::Tensor& input, const torch::Tenso
 
 // Trains one batch norm on the global batches (outside any run), and replicas on their
 // rows [bounds[r], bounds[r+1]) of the same batches, `kSteps` steps; compares every step.
+// With `channels_last` the replicas' rows (4-D) are laid out channels last, and so must their
+// outputs and input gradients be; the single batch norm keeps LibTorch's contiguous layout.
 template <typename Holder>
 void expect_replicas_match_one(std::vector<std::int64_t> bounds, std::vector<std::int64_t> shape,
-                               bool affine = true) {
+                               bool affine = true, bool channels_last = false) {
   constexpr int kSteps = 3;
   const int n = static_cast<int>(bounds.size()) - 1;
   ASSERT_EQ(bounds.back(), shape[0]);
@@ -97,13 +99,20 @@ void expect_replicas_match_one(std::vector<std::int64_t> bounds, std::vector<std
     const auto got = repl.run([&](ReplicaContext& ctx) {
       const int r = ctx.replica_id();
       const std::int64_t begin = bounds[r], end = bounds[r + 1];
-      return train_step(replicas[r], inputs[s].slice(0, begin, end),
-                        output_grads[s].slice(0, begin, end));
+      const auto rows = [&](const torch::Tensor& t) {
+        const torch::Tensor part = t.slice(0, begin, end);
+        return channels_last ? part.contiguous(torch::MemoryFormat::ChannelsLast) : part;
+      };
+      return train_step(replicas[r], rows(inputs[s]), rows(output_grads[s]));
     });
     std::vector<torch::Tensor> ys, dxs;
     for (int r = 0; r < n; ++r) {
       ys.push_back(got[r].y);
       dxs.push_back(got[r].dx);
+      if (channels_last) {
+        EXPECT_TRUE(got[r].y.is_contiguous(torch::MemoryFormat::ChannelsLast)) << "replica " << r;
+        EXPECT_TRUE(got[r].dx.is_contiguous(torch::MemoryFormat::ChannelsLast)) << "replica " << r;
+      }
     }
     EXPECT_TRUE(close(torch::cat(ys), expected[s].y)) << "outputs";
     EXPECT_TRUE(close(torch::cat(dxs), expected[s].dx)) << "input gradients";
@@ -136,7 +145,7 @@ std::vector<std::int64_t> even_bounds(int replicas, std::int64_t rows) {
   return bounds;
 }
 
-enum class Layout { kNC, kNCL, kNCHW };
+enum class Layout { kNC, kNCL, kNCHW, kNHWC };
 
 std::string name_of(Layout layout) {
   switch (layout) {
@@ -146,6 +155,8 @@ std::string name_of(Layout layout) {
       return "NCL";
     case Layout::kNCHW:
       return "NCHW";
+    case Layout::kNHWC:
+      return "NHWC";
   }
   return "?";
 }
@@ -165,13 +176,18 @@ TEST_P(CrossReplicaBatchNormTest, ReplicasMatchOneReplicaOnTheGlobalBatch) {
       expect_replicas_match_one<rt::CrossReplicaBatchNorm2d>(even_bounds(replicas, 8),
                                                              {8, 3, 4, 3});
       break;
+    case Layout::kNHWC:  // channels last on the replicas, against the contiguous layout
+      expect_replicas_match_one<rt::CrossReplicaBatchNorm2d>(even_bounds(replicas, 8), {8, 5, 4, 3},
+                                                             /*affine=*/true,
+                                                             /*channels_last=*/true);
+      break;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(ReplicasAndLayouts, CrossReplicaBatchNormTest,
                          ::testing::Combine(::testing::Values(1, 2, 4),
                                             ::testing::Values(Layout::kNC, Layout::kNCL,
-                                                              Layout::kNCHW)),
+                                                              Layout::kNCHW, Layout::kNHWC)),
                          [](const ::testing::TestParamInfo<std::tuple<int, Layout>>& info) {
                            return "R" + std::to_string(std::get<0>(info.param)) + "_" +
                                   name_of(std::get<1>(info.param));
