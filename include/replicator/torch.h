@@ -8,5 +8,6 @@
 #include "replicator/torch/conditional_batch_norm.h"
 #include "replicator/torch/ema.h"
 #include "replicator/torch/gradient_reducer.h"
+#include "replicator/torch/memory_format.h"
 #include "replicator/torch/spectral_norm.h"
 #include "replicator/torch/tensor_collectives.h"

@@ -1,5 +1,6 @@
 // Tests of the layers a BigGAN-style GAN needs (replicator/torch/spectral_norm.h,
-// conditional_batch_norm.h, ema.h) and of checkpoints with several optimizers.
+// conditional_batch_norm.h, ema.h, memory_format.h) and of checkpoints with several
+// optimizers.
 //
 // The conditional batch norm's headline property is cross-replica batch norm's: R replicas,
 // each holding its rows of a global batch, compute what one layer computes on the whole
@@ -18,6 +19,7 @@
 #include "replicator/torch/checkpoint.h"
 #include "replicator/torch/conditional_batch_norm.h"
 #include "replicator/torch/ema.h"
+#include "replicator/torch/memory_format.h"
 #include "replicator/torch/spectral_norm.h"
 #include "replicator/torch/tensor_collectives.h"
 #include "tests/torch/close.h"
@@ -278,6 +280,74 @@ TEST(StandingStatistics, RunningStatsAreTheMeanOverBatchesOnEveryReplica) {
 }
 
 // ---- checkpoints with several optimizers ------------------------------------------------
+
+// ---- channels last ----------------------------------------------------------------------
+
+// A small G block: conditional batch norm → ReLU → spectral-norm conv, and a linear layer.
+struct ChannelsLastNet : torch::nn::Module {
+  ChannelsLastNet()
+      : bn(register_module("bn",
+                           rt::ConditionalBatchNorm2d(rt::ConditionalBatchNormOptions(6, 4)))),
+        conv(register_module("conv", rt::SNConv2d(torch::nn::Conv2dOptions(6, 5, 3).padding(1)))),
+        head(register_module("head", torch::nn::Linear(5, 2))) {
+    register_buffer("mask", torch::rand({1, 6, 5, 4}));
+  }
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cond) {
+    const torch::Tensor h = conv(torch::relu(bn(x * named_buffers()["mask"], cond)));
+    return head(h.mean({2, 3}));
+  }
+  rt::ConditionalBatchNorm2d bn;
+  rt::SNConv2d conv;
+  torch::nn::Linear head;
+};
+
+TEST(ToChannelsLast, SameValuesAndTensorsFasterLayoutSameTraining) {
+  torch::manual_seed(5);
+  ChannelsLastNet plain, last;
+  {
+    const torch::NoGradGuard no_grad;
+    for (auto& p : last.named_parameters()) p.value().copy_(plain.named_parameters()[p.key()]);
+    for (auto& b : last.named_buffers()) b.value().copy_(plain.named_buffers()[b.key()]);
+  }
+  std::vector<const void*> impls;
+  for (const torch::Tensor& p : last.parameters()) impls.push_back(p.unsafeGetTensorImpl());
+  torch::optim::SGD sgd_plain(plain.parameters(), 0.1), sgd_last(last.parameters(), 0.1);
+
+  rt::to_channels_last(last);
+
+  const torch::Tensor weight = last.conv->weight;
+  EXPECT_TRUE(weight.is_contiguous(torch::MemoryFormat::ChannelsLast));
+  EXPECT_FALSE(weight.is_contiguous());
+  EXPECT_TRUE(torch::equal(weight, plain.conv->weight)) << "same values";
+  EXPECT_TRUE(last.named_buffers()["mask"].is_contiguous(torch::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(last.head->weight.is_contiguous()) << "2-D tensors stay as they are";
+  const std::vector<torch::Tensor> params = last.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(params[i].unsafeGetTensorImpl(), impls[i]) << "parameter " << i << " replaced";
+  }
+
+  // Training steps with optimizers made before the conversion: the same parameters.
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    const torch::Tensor x = torch::randn({4, 6, 5, 4}) * 2 + 1;
+    const torch::Tensor cond = torch::randn({4, 4});
+    const torch::Tensor out_plain = plain.forward(x, cond);
+    const torch::Tensor out_last =
+        last.forward(x.contiguous(torch::MemoryFormat::ChannelsLast), cond);
+    EXPECT_TRUE(close(out_last, out_plain)) << "outputs";
+    sgd_plain.zero_grad();
+    sgd_last.zero_grad();
+    out_plain.square().sum().backward();
+    out_last.square().sum().backward();
+    sgd_plain.step();
+    sgd_last.step();
+    for (auto& p : last.named_parameters()) {
+      EXPECT_TRUE(close(p.value(), plain.named_parameters()[p.key()])) << p.key();
+    }
+  }
+  EXPECT_TRUE(last.conv->weight.is_contiguous(torch::MemoryFormat::ChannelsLast))
+      << "the optimizer kept the layout";
+}
 
 TEST(Checkpoint, SeveralOptimizersRoundTripAndTheCountIsChecked) {
   const std::filesystem::path dir =
