@@ -5,7 +5,9 @@
 //   mpi 2 processes x 1 replica (mpirun), gloo 2 processes x 1 replica (`replicator launch`);
 //   the peer a user would otherwise pick: PyTorch DDP over gloo, 2 processes x 1 thread
 //   (bench/ddp_train.py, bench/ddp_gan.py: the same networks with per-process batch norm,
-//   as DDP on CPU has no synchronized batch norm), same batch and memory setting.
+//   as DDP on CPU has no synchronized batch norm), same batch and memory setting. The GAN
+//   job lays its networks out channels last (--memory-format); its peer runs twice, with
+//   PyTorch's default layout (ddp-gloo-2x1) and channels last (ddp-gloo-2x1-cl).
 // Each configuration runs --repeats times, interleaved (repeat r of every configuration,
 // then repeat r+1), with and without the memory setting; rows give the median and range
 // of images/s over the timed steps, and the ratios the targets are about, from medians
@@ -49,8 +51,9 @@ struct BenchTrainFlags {
   int warmup = 10;
   int repeats = 3;
   int batch = 256;
-  int width = 32;   // gan
-  int d_steps = 1;  // gan
+  int width = 32;                               // gan
+  int d_steps = 1;                              // gan
+  std::string memory_format = "channels-last";  // gan, ours
   std::string memory = "both";
   std::vector<std::string> configs;
   std::string python = "/usr/bin/python3";
@@ -62,8 +65,9 @@ struct Configuration {
   std::string name;    // e.g. "local-2x1"
   std::string engine;  // local, mpi, gloo, ddp-gloo
   int processes = 1;
-  int replicas = 1;  // in all
-  int threads = 1;   // intra-op threads per process
+  int replicas = 1;            // in all
+  int threads = 1;             // intra-op threads per process
+  bool channels_last = false;  // ddp-gloo (gan): the peer's networks laid out channels last
 };
 
 const std::vector<Configuration>& all_configurations() {
@@ -71,6 +75,17 @@ const std::vector<Configuration>& all_configurations() {
       {"local-1x1", "local", 1, 1, 1}, {"local-1x2t", "local", 1, 1, 2},
       {"local-2x1", "local", 1, 2, 1}, {"mpi-2x1", "mpi", 2, 2, 1},
       {"gloo-2x1", "gloo", 2, 2, 1},   {"ddp-gloo-2x1", "ddp-gloo", 2, 2, 1}};
+  return kAll;
+}
+
+// The GAN's peer also runs with its networks channels last, as ours: the same layout on
+// both sides, beside PyTorch's default.
+const std::vector<Configuration>& gan_configurations() {
+  static const std::vector<Configuration> kAll = [] {
+    std::vector<Configuration> all = all_configurations();
+    all.push_back({"ddp-gloo-2x1-cl", "ddp-gloo", 2, 2, 1, true});
+    return all;
+  }();
   return kAll;
 }
 
@@ -85,12 +100,13 @@ std::string command_for(const BenchTrainFlags& f, const Configuration& c, Memory
   const bool gan = f.job.name == "gan";
   const std::string model =
       gan ? " --width " + std::to_string(f.width) + " --d-steps " + std::to_string(f.d_steps) : "";
+  const std::string ours = gan ? " --memory-format " + f.memory_format : "";
   const std::string job = (gan ? " train gan --sample-every 0 --standing-batches 1 --global-batch "
                                : " train classifier --no-eval --no-augment --batch ") +
-                          std::to_string(f.batch) + model + " --no-progress --json --steps " +
-                          std::to_string(f.steps + f.warmup) + " --timed-after " +
-                          std::to_string(f.warmup) + " --threads " + std::to_string(c.threads) +
-                          " --memory " + mode;
+                          std::to_string(f.batch) + model + ours +
+                          " --no-progress --json --steps " + std::to_string(f.steps + f.warmup) +
+                          " --timed-after " + std::to_string(f.warmup) + " --threads " +
+                          std::to_string(c.threads) + " --memory " + mode;
   if (c.engine == "local") {
     return self + job + " --replicas " + std::to_string(c.replicas) + " 2>/dev/null";
   }
@@ -107,7 +123,8 @@ std::string command_for(const BenchTrainFlags& f, const Configuration& c, Memory
   return memory_mode_environment(memory) + " " + quote(f.python) + " " + quote(f.ddp_script) +
          " --processes " + std::to_string(c.processes) + " --threads " + std::to_string(c.threads) +
          " --batch " + std::to_string(f.batch) + " --steps " + std::to_string(f.steps) +
-         " --warmup " + std::to_string(f.warmup) + model + (gan ? " --json" : "") + " 2>/dev/null";
+         " --warmup " + std::to_string(f.warmup) + model + (gan ? " --json" : "") +
+         (c.channels_last ? " --channels-last" : "") + " 2>/dev/null";
 }
 
 int run_bench_train(const BenchTrainFlags& f) {
@@ -115,7 +132,7 @@ int run_bench_train(const BenchTrainFlags& f) {
   if (f.memory == "both" || f.memory == "keep") memories.push_back(MemoryMode::kKeep);
   if (f.memory == "both" || f.memory == "system") memories.push_back(MemoryMode::kSystem);
   std::vector<Configuration> configs;
-  for (const Configuration& c : all_configurations()) {
+  for (const Configuration& c : f.job.name == "gan" ? gan_configurations() : all_configurations()) {
     if (f.configs.empty() ||
         std::find(f.configs.begin(), f.configs.end(), c.name) != f.configs.end()) {
       configs.push_back(c);
@@ -170,7 +187,7 @@ int run_bench_train(const BenchTrainFlags& f) {
     std::printf(
         "# %s throughput: batch %d, %d timed steps after %d, median [min..max] of %d runs\n",
         f.job.name.c_str(), f.batch, f.steps, f.warmup, f.repeats);
-    std::printf("%-13s %-9s %9s %8s %7s %-7s %10s %21s %9s\n", "config", "engine", "processes",
+    std::printf("%-15s %-9s %9s %8s %7s %-7s %10s %21s %9s\n", "config", "engine", "processes",
                 "replicas", "threads", "memory", "images/s", "[min..max]", "vs 1x1");
   }
   for (const MemoryMode memory : memories) {
@@ -189,11 +206,16 @@ int run_bench_train(const BenchTrainFlags& f) {
         j["threads"] = c.threads;
         j["memory"] = mode;
         j["batch"] = f.batch;
+        if (f.job.name == "gan") {
+          const bool peer = c.engine == "ddp-gloo";
+          j["memory_format"] =
+              peer ? (c.channels_last ? "channels-last" : "contiguous") : f.memory_format;
+        }
         j["images_per_s"] = m;
         j["runs"] = v;
         std::printf("%s\n", j.dump().c_str());
       } else {
-        std::printf("%-13s %-9s %9d %8d %7d %-7s %10.0f   [%7.0f..%7.0f] %9s\n", c.name.c_str(),
+        std::printf("%-15s %-9s %9d %8d %7d %-7s %10.0f   [%7.0f..%7.0f] %9s\n", c.name.c_str(),
                     c.engine.c_str(), c.processes, c.replicas, c.threads, mode, m,
                     *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()),
                     base > 0 ? (std::to_string(m / base).substr(0, 4) + "x").c_str() : "-");
@@ -211,6 +233,8 @@ int run_bench_train(const BenchTrainFlags& f) {
     ratio("gloo 2x1 / local 1x1 (keep)", med("gloo-2x1", k), med("local-1x1", k));
     ratio("local 2x1 / local 1 replica x 2 threads (keep)", two, med("local-1x2t", k));
     ratio("local 2x1 / DDP gloo 2x1 (keep)", two, med("ddp-gloo-2x1", k));
+    ratio("mpi 2x1 / DDP gloo 2x1 (keep)", med("mpi-2x1", k), med("ddp-gloo-2x1", k));
+    ratio("local 2x1 / DDP gloo 2x1 channels last (keep)", two, med("ddp-gloo-2x1-cl", k));
     ratio("memory keep / system, local 1x1", med("local-1x1", k),
           med("local-1x1", MemoryMode::kSystem));
     ratio("memory keep / system, local 2x1", two, med("local-2x1", MemoryMode::kSystem));
@@ -243,11 +267,17 @@ Command add_bench_job(CLI::App& bench, const BenchJob& job, const std::string& h
     app->add_option("--d-steps", flags->d_steps, "D steps per G step")
         ->capture_default_str()
         ->check(CLI::Range(1, 100));
+    app->add_option("--memory-format", flags->memory_format,
+                    "Layout of our networks (channels-last or contiguous); the peer runs "
+                    "PyTorch's default (ddp-gloo-2x1) and channels last (ddp-gloo-2x1-cl)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"channels-last", "contiguous"}));
   }
   app->add_option("--memory", flags->memory, "keep, system or both")
       ->check(CLI::IsMember({"keep", "system", "both"}));
   app->add_option("--configs", flags->configs,
-                  "Subset of: local-1x1 local-1x2t local-2x1 mpi-2x1 gloo-2x1 ddp-gloo-2x1");
+                  "Subset of: local-1x1 local-1x2t local-2x1 mpi-2x1 gloo-2x1 ddp-gloo-2x1" +
+                      std::string(job.name == "gan" ? " ddp-gloo-2x1-cl" : ""));
   app->add_option("--python", flags->python, "Python with torch, for the DDP run");
   app->add_option("--ddp-script", flags->ddp_script, "Path of bench/" + job.peer_script);
   app->add_flag("--json", flags->json, "One JSON object per configuration and memory setting");

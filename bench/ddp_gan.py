@@ -39,8 +39,12 @@ Data: every process reads the whole training set, shuffles it with the same seed
 takes its slice (global batch / processes) of each global batch, consecutive batches for
 consecutive D steps. z and fake classes come from a generator seeded per rank.
 
+With --channels-last both networks' weights and G's first activation are laid out channels
+last (as the job does by default); real images have one channel, the same in either layout.
+
 Usage: ddp_gan.py [--processes P] [--threads K] [--batch B] [--width ch] [--d-steps N]
                   [--steps S] [--warmup W] [--seed S] [--report-every N] [--json]
+                  [--channels-last]
        ddp_gan.py --check
 images/s = global batch x timed steps / seconds of the timed steps (after --warmup steps),
 one step being the D steps plus the G step. With --json the last stdout line is
@@ -130,6 +134,7 @@ class Generator(nn.Module):
     def __init__(self, ch):
         super().__init__()
         self.ch = ch
+        self.channels_last = False
         self.shared = nn.Embedding(CLASSES, SHARED_DIM)
         nn.init.orthogonal_(self.shared.weight)
         self.linear = sn(nn.Linear(Z_DIM // Z_CHUNKS, 4 * ch * 7 * 7, bias=False))
@@ -141,6 +146,8 @@ class Generator(nn.Module):
         chunks = torch.split(z, Z_DIM // Z_CHUNKS, dim=1)
         shared = self.shared(y)
         h = self.linear(chunks[0]).view(-1, 4 * self.ch, 7, 7)
+        if self.channels_last:
+            h = h.contiguous(memory_format=torch.channels_last)
         for block, zi in zip(self.blocks, chunks[1:]):
             h = block(h, torch.cat([zi, shared], dim=1))
         return torch.tanh(self.out_conv(F.relu(self.out_bn(h))))
@@ -223,6 +230,10 @@ def worker(rank, args, port, queue):
     torch.manual_seed(args.seed)
     g_net = Generator(args.width)
     d_net = Discriminator(args.width)
+    if args.channels_last:
+        g_net.to(memory_format=torch.channels_last)
+        d_net.to(memory_format=torch.channels_last)
+        g_net.channels_last = True
     G = nn.parallel.DistributedDataParallel(g_net, broadcast_buffers=False)
     D = nn.parallel.DistributedDataParallel(d_net, broadcast_buffers=False)
     opt_g = torch.optim.Adam(G.parameters(), lr=1e-4, betas=(0.0, 0.999), eps=1e-6)
@@ -306,6 +317,8 @@ def main():
     p.add_argument("--report-every", type=int, default=0,
                    help="print rank 0's losses to stderr every N steps (0: never)")
     p.add_argument("--json", action="store_true", help="end with one JSON line")
+    p.add_argument("--channels-last", action="store_true",
+                   help="lay out both networks and their inputs channels last")
     p.add_argument("--check", action="store_true",
                    help="self-test: 2 processes, 3 steps, batch 8, width 8")
     args = p.parse_args()

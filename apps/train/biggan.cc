@@ -55,6 +55,7 @@ GeneratorImpl::GeneratorImpl(const BigGanOptions& options) : options_(options) {
   const std::vector<::torch::Tensor> chunks = z.split(options_.z_chunk, 1);
   const ::torch::Tensor y = shared_(labels);
   ::torch::Tensor h = linear_(chunks[0]).view({z.size(0), 4 * options_.width, 7, 7});
+  if (options_.channels_last) h = h.contiguous(::torch::MemoryFormat::ChannelsLast);
   h = block1_(h, ::torch::cat({chunks[1], y}, 1));
   h = block2_(h, ::torch::cat({chunks[2], y}, 1));
   return ::torch::tanh(out_conv_(::torch::relu(out_bn_(h))));

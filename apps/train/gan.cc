@@ -133,6 +133,7 @@ GanResult train_gan(const GanOptions& o) {
       models = GanModels(o.model);
       orthogonal_init(*models->generator);
       orthogonal_init(*models->discriminator);
+      if (o.model.channels_last) rt::to_channels_last(*models);
     }
     rt::broadcast_parameters(ctx, *models);
     Generator& G = models->generator;
