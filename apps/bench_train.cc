@@ -295,7 +295,7 @@ Command add_bench_train(CLI::App& bench) {
 
 Command add_bench_gan(CLI::App& bench) {
   return add_bench_job(
-      bench, {.name = "gan", .peer_script = "ddp_gan.py", .steps = 20, .warmup = 3, .batch = 64},
+      bench, {.name = "gan", .peer_script = "ddp_gan.py", .steps = 40, .warmup = 3, .batch = 64},
       "Training throughput (images/s, one D and one G step per step) of the GAN job in several "
       "layouts, and PyTorch DDP");
 }

@@ -130,7 +130,8 @@ Command add_train_gan(CLI::App& train, char** argv) {
       ->check(CLI::Range(1, 4096));
   app->add_option("--memory-format", flags->memory_format,
                   "Layout of the networks' activations and convolution weights: channels-last "
-                  "(faster convolutions on CPU) or contiguous; the same values either way")
+                  "(faster convolutions on CPU) or contiguous; the same networks either way, equal "
+                  "to rounding")
       ->capture_default_str()
       ->check(CLI::IsMember({"channels-last", "contiguous"}));
   app->add_option("--ema-decay", o.ema_decay, "Decay of the generator's moving average")

@@ -83,7 +83,9 @@ fi
 # The benchmark reads a result from each layout it runs, the PyTorch peer's too (skipped,
 # saying so, without a PYTHON that has torch).
 configs=(local-1x1)
-if [ -x "$python" ] && "$python" -c 'import torch' 2>/dev/null; then configs+=(ddp-gloo-2x1); fi
+if [ -x "$python" ] && "$python" -c 'import torch' 2>/dev/null; then
+  configs+=(ddp-gloo-2x1 ddp-gloo-2x1-cl)
+fi
 "$replicator" bench gan --steps 1 --warmup 0 --repeats 1 --batch 4 --width 4 --memory keep \
   --configs "${configs[@]}" --python "${python:-python3}" --ddp-script "$here/../../bench/ddp_gan.py" \
   --json >"$work/bench.json" 2>"$work/bench.err" || fail "bench gan: $(cat "$work/bench.err")"
@@ -92,9 +94,13 @@ import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
 got = sorted(r["config"] for r in rows if r.get("images_per_s", 0) > 0)
 assert got == sorted(sys.argv[2:]), got
+layouts = {r["config"]: r["memory_format"] for r in rows}
+expected = {"local-1x1": "channels-last", "ddp-gloo-2x1": "contiguous",
+            "ddp-gloo-2x1-cl": "channels-last"}
+assert all(layouts[c] == expected[c] for c in layouts), layouts
 PY
 echo "bench gan: ${configs[*]}"
-[[ ${#configs[@]} == 2 ]] || echo "skipped the peer in bench gan: no python with torch at '$python'"
+[[ ${#configs[@]} == 3 ]] || echo "skipped the peer in bench gan: no python with torch at '$python'"
 
 # Gradient accumulation: 2 micro-batches per replica.
 out=$("$replicator" "${common[@]}" "${batch[@]}" --replicas 2 --steps 2 --accumulate 2 2>"$work/acc.err") ||

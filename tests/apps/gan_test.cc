@@ -67,7 +67,9 @@ void expect_close_models(GanModels& a, GanModels& b, double rtol, double atol) {
   }
 }
 
-TEST(GanJob, TwoReplicasTakeTheStepOfOneOnTheGlobalBatch) {
+// Two steps of 2 D steps and one G step each on a small model, the EMA averaging from the
+// second step.
+GanOptions small_run() {
   GanOptions o;
   o.model = {.width = 4, .z_chunk = 8, .embedding = 8};
   o.global_batch = 16;
@@ -79,19 +81,43 @@ TEST(GanJob, TwoReplicasTakeTheStepOfOneOnTheGlobalBatch) {
   o.standing_batches = 1;
   o.progress = false;
   o.timed_after = 0;
-  GanModels result[2] = {GanModels(nullptr), GanModels(nullptr)};
-  for (int replicas : {1, 2}) {
-    o.config = replicator::Config{.local_replicas = replicas};
-    o.out = temp_dir("r" + std::to_string(replicas));
-    const GanResult r = train_gan(o);
-    EXPECT_EQ(r.steps, 2);
-    EXPECT_EQ(r.replicas, replicas);
-    result[replicas - 1] = load_gan_checkpoint(o.out / "checkpoint-000000002.pt", o.model);
-    std::filesystem::remove_all(o.out);
-  }
+  return o;
+}
+
+// Runs `o` on `replicas` local replicas and loads what its last checkpoint holds.
+GanModels train_and_load(GanOptions o, int replicas, const std::string& name) {
+  o.config = replicator::Config{.local_replicas = replicas};
+  o.out = temp_dir(name);
+  const GanResult r = train_gan(o);
+  EXPECT_EQ(r.steps, 2);
+  EXPECT_EQ(r.replicas, replicas);
+  GanModels models = load_gan_checkpoint(o.out / "checkpoint-000000002.pt", o.model);
+  std::filesystem::remove_all(o.out);
+  return models;
+}
+
+TEST(GanJob, TwoReplicasTakeTheStepOfOneOnTheGlobalBatch) {
+  GanModels one = train_and_load(small_run(), 1, "r1");
+  GanModels two = train_and_load(small_run(), 2, "r2");
   // Adam's first steps divide by √v: relative differences of the summed gradients grow a
   // little, hence 1e-4.
-  expect_close_models(result[0], result[1], 1e-4, 1e-5);
+  expect_close_models(one, two, 1e-4, 1e-5);
+}
+
+// The layout changes how the convolutions and batch norms walk memory, not what the
+// networks compute; a checkpoint keeps the layout.
+TEST(GanJob, ChannelsLastTakesTheStepOfTheContiguousLayout) {
+  GanOptions o = small_run();
+  o.model.channels_last = false;
+  GanModels contiguous = train_and_load(o, 2, "contiguous");
+  o.model.channels_last = true;
+  GanModels last = train_and_load(o, 2, "channels_last");
+  expect_close_models(contiguous, last, 1e-4, 1e-5);
+  const auto conv = [](GanModels& m) {
+    return m->generator->named_parameters()["block1.conv1.weight"];
+  };
+  EXPECT_TRUE(conv(last).is_contiguous(torch::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(conv(contiguous).is_contiguous());
 }
 
 TEST(GanJob, RejectsABatchThatDoesNotSplit) {
