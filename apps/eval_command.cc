@@ -12,6 +12,7 @@
 
 #include "apps/command.h"
 #include "apps/eval/gan_quality.h"
+#include "apps/eval_flags.h"
 #include "apps/train/job.h"
 #include "replicator/data/fashion_mnist.h"
 
@@ -33,10 +34,7 @@ int run_eval_real(const EvalRealFlags& f) {
   at::set_num_threads(f.threads);
   // The classifier first: a bad file fails before the data are read.
   ResNet classifier = load_classifier(f.classifier);
-  if (o.cas) {
-    std::fprintf(stderr, "training 2 classifiers for the CAS (%d epochs each)...\n",
-                 o.cas_training.epochs);
-  }
+  announce_cas(o, "");
   QualitySetup q = prepare_quality(std::move(classifier), f.data_dir, o);
   // As many images as the training set, so that the CAS trains on as many as the real one;
   // another seed than the ceiling's.
@@ -82,14 +80,9 @@ Command add_eval_real(CLI::App& eval) {
   app->add_option(
       "--data", flags->data_dir,
       "Folder of the Fashion-MNIST .gz files (default /usr/share/datasets/fashion-mnist)");
-  app->add_flag("--cas", o.cas,
+  add_cas_flags(app, o,
                 "Also the Classification Accuracy Score: trains a classifier on the generated "
                 "images and one on the real ones (minutes)");
-  app->add_option("--cas-epochs", o.cas_training.epochs, "Epochs of each CAS classifier")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1000));
-  app->add_flag("--cas-augment", o.cas_training.augment,
-                "Train the CAS classifiers with the train job's random flips and shifts");
   app->add_option("--samples", o.samples, "Images in each Fréchet distance")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{2}, std::int64_t{60000}));

@@ -13,6 +13,7 @@
 
 #include "apps/command.h"
 #include "apps/eval/gan_quality.h"
+#include "apps/eval_flags.h"
 #include "apps/pictures/plot.h"
 #include "apps/pictures/png.h"
 #include "apps/train/gan.h"
@@ -42,11 +43,7 @@ int run_eval_gan(const EvalGanFlags& f) {
   at::set_num_threads(f.threads);
   // The classifier first: a bad file fails before the data are read.
   ResNet classifier = load_classifier(f.classifier);
-  if (o.cas) {
-    std::fprintf(stderr,
-                 "training 2 classifiers for the CAS of the last checkpoint (%d epochs each)...\n",
-                 o.cas_training.epochs);
-  }
+  announce_cas(o, " of the last checkpoint");
   QualitySetup q = prepare_quality(std::move(classifier), f.data_dir, o);
 
   Chart fd_chart{.title = "Frechet distance (classifier features)", .x_label = "step"};
@@ -125,12 +122,9 @@ Command add_eval_gan(CLI::App& eval) {
   app->add_option("--data", flags->data_dir,
                   "Folder of the Fashion-MNIST .gz files (default "
                   "/usr/share/datasets/fashion-mnist)");
-  app->add_flag("--cas", o.cas,
+  add_cas_flags(app, o,
                 "Also the Classification Accuracy Score of the last checkpoint: trains a "
                 "classifier on 60,000 generated images and one on the real ones (minutes)");
-  app->add_option("--cas-epochs", o.cas_training.epochs, "Epochs of each CAS classifier")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1000));
   app->add_option("--samples", o.samples, "Images in each Fréchet distance")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{2}, std::int64_t{60000}));
