@@ -6,6 +6,11 @@
 # the pinned packages of scripts/requirements.txt. Idempotent: when every Debian package is
 # present apt is not touched, and when .venv holds the stamp of the same requirements file
 # pip is not run.
+#
+# libopenblas0-serial: LibTorch (and python3-torch) do their matrix products through
+# libblas.so.3, which without it is Debian's reference BLAS, a plain loop; Debian's
+# alternatives then pick OpenBLAS. The serial build, so that it starts no threads of its own
+# beside the replicas and LibTorch's.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,6 +22,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libgloo-dev libhiredis-dev redis-server iproute2
   libtorch-dev zlib1g-dev libpng-dev dataset-fashion-mnist python3-torch python3-numpy
+  libopenblas0-serial
   libjemalloc2
   clang-format clang-tidy time
   clang libclang-rt-14-dev
