@@ -2,8 +2,10 @@
 // run (medians of --repeats, interleaved):
 //   env      batched CartPole alone (64 environments, one thread; EnvPool beside it: `bench
 //            rl-envs`);
-//   learner  learner updates per second on a synthetic batch of unrolls (32 x 20 CartPole
-//            steps, the job's network), R = 1 and 2 local replicas: frames learned per second;
+//   learner  learner updates per second on batches of 32 synthetic unrolls of 20 steps that
+//            a producer thread keeps in a trajectory queue, R = 1 and 2 local replicas each
+//            sampling its share: frames learned per second, for the job's CartPole network
+//            (an MLP) and its MinAtar network (a convolution, then fully connected layers);
 //   job      `replicator train impala` on CartPole as its own process: the synchronous loop
 //            (--actors 0: one thread plays until a batch is there, then learns), 2 actor
 //            threads with R = 1, and with R = 2;
@@ -21,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "apps/command.h"
@@ -31,6 +34,7 @@
 #include "replicator/replicator.h"
 #include "replicator/rl/learner.h"
 #include "replicator/rl/policy.h"
+#include "replicator/rl/trajectory_queue.h"
 
 namespace replicator::apps {
 namespace {
@@ -50,47 +54,81 @@ struct BenchRlFlags {
 constexpr int kBatch = 32;
 constexpr int kUnroll = 20;
 
-// Frames learned per second by R local learner replicas on one synthetic batch.
-double learner_frames_per_s(int R, int updates) {
+// A learner row: the job's network for one kind of observation.
+struct LearnerCase {
+  std::string name;                    // the row's label
+  std::vector<int> observation_shape;  // {4}: CartPole's MLP; {10, 10, 4}: MinAtar's conv net
+  int num_actions;
+};
+
+const std::vector<LearnerCase>& learner_cases() {
+  static const std::vector<LearnerCase> kCases = {{"cartpole mlp", {4}, 2},
+                                                  {"minatar conv", {10, 10, 4}, 6}};
+  return kCases;
+}
+
+// Frames learned per second by R local learner replicas of the job's network (--hidden 64)
+// fed, as in the job, from a trajectory queue: a producer thread keeps it full with copies
+// of kBatch synthetic unrolls of kUnroll steps, and each replica samples its share of every
+// batch from it.
+double learner_frames_per_s(const LearnerCase& c, int R, int updates) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
-  std::vector<rl::Unroll> batch(kBatch);
-  for (rl::Unroll& u : batch) {
+  int size = 1;
+  for (const int d : c.observation_shape) size *= d;
+  std::vector<rl::Unroll> unrolls(kBatch);
+  for (rl::Unroll& u : unrolls) {
     u.length = kUnroll;
-    u.observation_size = 4;
-    u.num_actions = 2;
-    for (int i = 0; i < (kUnroll + 1) * 4; ++i) u.observations.push_back(normal(rng));
+    u.observation_size = size;
+    u.num_actions = c.num_actions;
+    for (int i = 0; i < (kUnroll + 1) * size; ++i) u.observations.push_back(normal(rng));
     for (int t = 0; t < kUnroll; ++t) {
-      u.actions.push_back(static_cast<std::int32_t>(rng() % 2));
+      u.actions.push_back(static_cast<std::int32_t>(rng() % c.num_actions));
       u.rewards.push_back(1.f);
       u.done.push_back(rng() % 20 == 0 ? 1 : 0);
-      u.behaviour_logits.push_back(normal(rng));
-      u.behaviour_logits.push_back(normal(rng));
+      for (int a = 0; a < c.num_actions; ++a) u.behaviour_logits.push_back(normal(rng));
     }
   }
+  rl::TrajectoryQueue<rl::Unroll> queue({.max_size = 2 * kBatch});
+  std::thread producer([&] {
+    try {
+      for (std::size_t i = 0;; ++i) {
+        rl::Unroll copy = unrolls[i % unrolls.size()];
+        queue.insert(std::move(copy));
+      }
+    } catch (const Aborted&) {  // closed: the measurement is over
+    }
+  });
   Config config;
   config.local_replicas = R;
   Replicator repl(config);
   std::mutex init;
-  const auto seconds = repl.run([&](ReplicaContext& ctx) {
-    rl::PolicyNet model{nullptr};
-    {
-      std::lock_guard lock(init);
-      ::torch::manual_seed(1);
-      model = rl::PolicyNet(std::vector<int>{4}, 2, 64);
-    }
-    rl::Learner learner(ctx, model, {.learning_rate = 1e-4});
-    const std::size_t share = batch.size() / static_cast<std::size_t>(R);
-    const auto mine =
-        std::span(batch).subspan(static_cast<std::size_t>(ctx.replica_id()) * share, share);
-    for (int i = 0; i < 5; ++i) learner.update(mine);
-    ctx.barrier();
-    const Clock::time_point start = Clock::now();
-    for (int i = 0; i < updates; ++i) learner.update(mine);
-    ctx.barrier();
-    return std::chrono::duration<double>(Clock::now() - start).count();
-  });
-  return static_cast<double>(updates) * kBatch * kUnroll / seconds[0];
+  const std::int64_t share = kBatch / R;
+  double seconds = 0;
+  try {
+    seconds = repl.run([&](ReplicaContext& ctx) {
+      rl::PolicyNet model{nullptr};
+      {
+        std::lock_guard lock(init);
+        ::torch::manual_seed(1);
+        model = rl::PolicyNet(c.observation_shape, c.num_actions, 64);
+      }
+      rl::Learner learner(ctx, model, {.learning_rate = 1e-4});
+      for (int i = 0; i < 5; ++i) learner.update(queue.sample_batch(share));
+      ctx.barrier();
+      const Clock::time_point start = Clock::now();
+      for (int i = 0; i < updates; ++i) learner.update(queue.sample_batch(share));
+      ctx.barrier();
+      return std::chrono::duration<double>(Clock::now() - start).count();
+    })[0];
+  } catch (...) {
+    queue.close();
+    producer.join();
+    throw;
+  }
+  queue.close();
+  producer.join();
+  return static_cast<double>(updates) * static_cast<double>(share * R) * kUnroll / seconds;
 }
 
 struct Row {
@@ -138,16 +176,26 @@ int run_bench_rl(const BenchRlFlags& f) {
                                           " --actors 2 --json --frames " +
                                           std::to_string(flags.frames)}};
 
-  std::vector<Row> rows = {{"env cartpole M=64", {}}, {"learner R=1", {}}, {"learner R=2", {}}};
+  std::vector<Row> rows = {{"env cartpole M=64", {}}};
+  const auto learner_row = [](const LearnerCase& c, int R) {
+    return "learner " + c.name + " R=" + std::to_string(R);
+  };
+  for (const LearnerCase& c : learner_cases()) {
+    for (const int R : {1, 2}) rows.push_back({learner_row(c, R), {}});
+  }
+  const std::size_t first_job = rows.size();
   for (const auto& j : jobs) rows.push_back({j.first, {}});
   for (int r = 0; r < flags.repeats; ++r) {
     rows[0].fps.push_back(bench::env_speed("cartpole", 64, 20000).frames_per_s);
-    rows[1].fps.push_back(learner_frames_per_s(1, flags.updates));
-    rows[2].fps.push_back(learner_frames_per_s(2, flags.updates));
+    std::size_t row = 1;
+    for (const LearnerCase& c : learner_cases()) {
+      for (const int R : {1, 2})
+        rows[row++].fps.push_back(learner_frames_per_s(c, R, flags.updates));
+    }
     for (std::size_t k = 0; k < jobs.size(); ++k) {
       const std::string& command = jobs[k].second + " 2>/dev/null";
       const Json result = result_with(run_capture(command), "frames_per_s", command);
-      rows[3 + k].fps.push_back(result["frames_per_s"].get<double>());
+      rows[first_job + k].fps.push_back(result["frames_per_s"].get<double>());
     }
     if (!flags.json) std::fprintf(stderr, "  repeat %d/%d done\n", r + 1, flags.repeats);
   }
@@ -170,11 +218,15 @@ int run_bench_rl(const BenchRlFlags& f) {
     }
   }
   const double r1 = med["job 2 actors, R=1"];
-  const std::vector<std::pair<std::string, double>> ratios = {
-      {"learner R=2 / R=1", med["learner R=2"] / med["learner R=1"]},
-      {"job 2 actors R=1 / sync loop", r1 / med["job sync (actors 0, R=1)"]},
-      {"job 2 actors R=1 / pytorch peer", r1 / med["peer pytorch, 2 actor procs"]},
-      {"job 2 actors R=2 / R=1", med["job 2 actors, R=2"] / r1}};
+  std::vector<std::pair<std::string, double>> ratios;
+  for (const LearnerCase& c : learner_cases()) {
+    ratios.emplace_back("learner " + c.name + " R=2 / R=1",
+                        med[learner_row(c, 2)] / med[learner_row(c, 1)]);
+  }
+  ratios.insert(ratios.end(),
+                {{"job 2 actors R=1 / sync loop", r1 / med["job sync (actors 0, R=1)"]},
+                 {"job 2 actors R=1 / pytorch peer", r1 / med["peer pytorch, 2 actor procs"]},
+                 {"job 2 actors R=2 / R=1", med["job 2 actors, R=2"] / r1}});
   for (const auto& [name, value] : ratios) {
     if (flags.json) {
       std::printf("%s\n",

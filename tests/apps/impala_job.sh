@@ -5,6 +5,7 @@
 #   checkpoint and the learning curve (a PNG) are written;
 #   a second run with the same --out resumes from the checkpoint and learns on;
 #   2 learner replicas as threads, and as 2 mpi and 2 gloo processes with actors in each;
+#   `bench rl` measures every row once, its PyTorch peer's included;
 #   bad input (an unknown game, a batch not divisible by the replicas) fails clearly.
 # Usage: impala_job.sh BUILD_DIR HAVE_MPI HAVE_GLOO   (the last two: 1 or 0)
 set -euo pipefail
@@ -60,6 +61,29 @@ if [[ $have_gloo == 1 ]]; then
     2>"$work/gloo.err" | sed 's/^\[rank [0-9]*\] //' | grep '^{') || fail "$(cat "$work/gloo.err")"
   [[ $(field processes <<<"$out") == 2 ]] || fail "expected 2 processes: $out"
   echo "2 gloo processes: $(field steps <<<"$out") steps"
+fi
+
+# The benchmark gets a figure for every row, the PyTorch peer's too (run by the project's
+# .venv, which the install script makes; skipped, saying so, without it).
+venv_python="$(cd "$(dirname "$0")/../.." && pwd)/.venv/bin/python"
+if [ -x "$venv_python" ] && "$venv_python" -c 'import torch, gymnasium' 2>/dev/null; then
+  timeout 300 "$replicator" bench rl --repeats 1 --frames 3000 --updates 2 --python "$venv_python" \
+    --json >"$work/bench.json" 2>"$work/bench.err" || fail "bench rl: $(cat "$work/bench.err")"
+  python3 - "$work/bench.json" <<'PY' || fail "bench rl: $(cat "$work/bench.json")"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+rows = {l["row"]: l["frames_per_s"] for l in lines if l["type"] == "rl"}
+want = ["env cartpole M=64", "learner cartpole mlp R=1", "learner cartpole mlp R=2",
+        "learner minatar conv R=1", "learner minatar conv R=2", "job sync (actors 0, R=1)",
+        "job 2 actors, R=1", "job 2 actors, R=2", "peer pytorch, 2 actor procs"]
+assert sorted(rows) == sorted(want), sorted(rows)
+assert all(v > 0 for v in rows.values()), rows
+ratios = [l for l in lines if l["type"] == "rl_ratio"]
+assert len(ratios) == 5 and all(r["value"] > 0 for r in ratios), ratios
+PY
+  echo "bench rl: every row"
+else
+  echo "skipped bench rl: no .venv with torch and gymnasium at $venv_python"
 fi
 
 # Bad input.
