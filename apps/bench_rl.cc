@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "apps/blas.h"
 #include "apps/command.h"
 #include "apps/subprocess.h"
 #include "bench/env_speed.h"
@@ -199,6 +200,7 @@ int run_bench_rl(const BenchRlFlags& f) {
     }
     if (!flags.json) std::fprintf(stderr, "  repeat %d/%d done\n", r + 1, flags.repeats);
   }
+  if (!flags.json) std::printf("# %s\n", blas_description().c_str());
   std::map<std::string, double> med;
   for (const Row& row : rows) med[row.name] = bench::median(row.fps);
   for (const Row& row : rows) {
@@ -207,6 +209,7 @@ int run_bench_rl(const BenchRlFlags& f) {
     if (flags.json) {
       std::printf("%s\n", Json{{"type", "rl"},
                                {"row", row.name},
+                               {"blas", blas_description()},
                                {"frames_per_s", med[row.name]},
                                {"min", lo},
                                {"max", hi},

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/blas.h"
 #include "apps/command.h"
 #include "apps/memory.h"
 #include "apps/subprocess.h"
@@ -185,8 +186,8 @@ int run_bench_train(const BenchTrainFlags& f) {
   };
   if (!f.json) {
     std::printf(
-        "# %s throughput: batch %d, %d timed steps after %d, median [min..max] of %d runs\n",
-        f.job.name.c_str(), f.batch, f.steps, f.warmup, f.repeats);
+        "# %s throughput: batch %d, %d timed steps after %d, median [min..max] of %d runs; %s\n",
+        f.job.name.c_str(), f.batch, f.steps, f.warmup, f.repeats, blas_description().c_str());
     std::printf("%-15s %-9s %9s %8s %7s %-7s %10s %21s %9s\n", "config", "engine", "processes",
                 "replicas", "threads", "memory", "images/s", "[min..max]", "vs 1x1");
   }

@@ -78,6 +78,10 @@ want = ["env cartpole M=64", "learner cartpole mlp R=1", "learner cartpole mlp R
         "job 2 actors, R=1", "job 2 actors, R=2", "peer pytorch, 2 actor procs"]
 assert sorted(rows) == sorted(want), sorted(rows)
 assert all(v > 0 for v in rows.values()), rows
+# The BLAS runs the kernels this CPU can (apps/blas.h): not OpenBLAS's SSE3 fallback.
+avx2 = " avx2 " in open("/proc/cpuinfo").read().replace("\n", " ")
+blas = {l["blas"] for l in lines if l["type"] == "rl"}
+assert len(blas) == 1 and not (avx2 and blas == {"OpenBLAS Prescott"}), blas
 ratios = [l for l in lines if l["type"] == "rl_ratio"]
 assert len(ratios) == 5 and all(r["value"] > 0 for r in ratios), ratios
 PY

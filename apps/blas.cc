@@ -1,0 +1,67 @@
+#include "apps/blas.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <array>
+#include <cctype>
+#include <cstdlib>
+
+namespace replicator::apps {
+namespace {
+
+using CoreName = char* (*)();
+
+CoreName openblas_corename() {
+  return reinterpret_cast<CoreName>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+}
+
+}  // namespace
+
+CpuFeatures this_cpu() {
+  __builtin_cpu_init();
+  CpuFeatures cpu;
+  cpu.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  cpu.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("avx512vl");
+  return cpu;
+}
+
+std::string better_openblas_core(std::string_view core, CpuFeatures cpu) {
+  // OpenBLAS's x86-64 cores with AVX-512 kernels, and with AVX2 ones (names as
+  // openblas_get_corename() spells them, in any case).
+  constexpr std::array<std::string_view, 3> kAvx512 = {"skylakex", "cooperlake", "sapphirerapids"};
+  constexpr std::array<std::string_view, 3> kAvx2 = {"haswell", "zen", "excavator"};
+  std::string lower(core);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const auto among = [&](const auto& names) {
+    for (const std::string_view name : names) {
+      if (lower == name) return true;
+    }
+    return false;
+  };
+  if (among(kAvx512)) return "";
+  if (cpu.avx512) return "SkylakeX";
+  if (among(kAvx2)) return "";
+  if (cpu.avx2_fma) return "Haswell";
+  return "";
+}
+
+void choose_blas_kernels(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;  // the user's, or ours already
+  const CoreName corename = openblas_corename();
+  if (corename == nullptr) return;
+  const std::string better = better_openblas_core(corename(), this_cpu());
+  if (better.empty()) return;
+  ::setenv("OPENBLAS_CORETYPE", better.c_str(), 1);
+  ::execv("/proc/self/exe", argv);
+}
+
+std::string blas_description() {
+  const CoreName corename = openblas_corename();
+  if (corename == nullptr) return "BLAS without openblas_get_corename";
+  return std::string("OpenBLAS ") + corename();
+}
+
+}  // namespace replicator::apps

@@ -1,0 +1,40 @@
+// Which kernels the BLAS behind LibTorch's matrix products runs.
+//
+// LibTorch on Debian does its matrix products (linear layers, the MLP of the IMPALA job)
+// through libblas.so.3, which the install script points at OpenBLAS. OpenBLAS chooses its
+// kernels from the CPU's model number when it loads; a model it does not know (a virtual
+// machine's "Intel Xeon Processor", or a CPU newer than the release) gets its oldest x86-64
+// kernels, Prescott's SSE3, 2-3 times slower than the AVX2 or AVX-512 ones the CPU runs.
+// OPENBLAS_CORETYPE overrides the choice, but only before the library loads.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace replicator::apps {
+
+struct CpuFeatures {
+  bool avx2_fma = false;  // AVX2 and FMA
+  bool avx512 = false;    // AVX-512 F, CD, BW, DQ and VL
+};
+
+// What this CPU can run (cpuid).
+CpuFeatures this_cpu();
+
+// The OPENBLAS_CORETYPE that gives a CPU with `cpu` faster kernels than those of `core`
+// (what openblas_get_corename() reported): "SkylakeX" with AVX-512, "Haswell" with AVX2 and
+// FMA; "" when `core` already uses them (or the CPU has neither).
+std::string better_openblas_core(std::string_view core, CpuFeatures cpu);
+
+// Called first in main(): when libblas.so.3 is OpenBLAS running kernels below what this CPU
+// can and OPENBLAS_CORETYPE is not set, sets it to better_openblas_core() and re-executes
+// the process with the same arguments (does not return; the variable stays set for the
+// processes it starts, mpirun's ranks and benchmark peers alike). Otherwise returns at once.
+// Never throws; if the exec fails the process goes on with the kernels it has.
+void choose_blas_kernels(char** argv);
+
+// "OpenBLAS <core>" (the kernels in use), or "BLAS without openblas_get_corename" for
+// another BLAS (Debian's reference BLAS, for example).
+std::string blas_description();
+
+}  // namespace replicator::apps
