@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -90,7 +91,12 @@ double learner_frames_per_s(const LearnerCase& c, int R, int updates) {
       for (int a = 0; a < c.num_actions; ++a) u.behaviour_logits.push_back(normal(rng));
     }
   }
+  Config config;
+  config.local_replicas = R;
+  Replicator repl(config);
   rl::TrajectoryQueue<rl::Unroll> queue({.max_size = 2 * kBatch});
+  // What ended the producer other than the close below, rethrown after the join.
+  std::exception_ptr producer_error;
   std::thread producer([&] {
     try {
       for (std::size_t i = 0;; ++i) {
@@ -98,14 +104,15 @@ double learner_frames_per_s(const LearnerCase& c, int R, int updates) {
         queue.insert(std::move(copy));
       }
     } catch (const Aborted&) {  // closed: the measurement is over
+    } catch (...) {
+      producer_error = std::current_exception();
+      queue.close();  // the replicas waiting for items fail with Aborted
     }
   });
-  Config config;
-  config.local_replicas = R;
-  Replicator repl(config);
   std::mutex init;
   const std::int64_t share = kBatch / R;
   double seconds = 0;
+  std::exception_ptr run_error;
   try {
     seconds = repl.run([&](ReplicaContext& ctx) {
       rl::PolicyNet model{nullptr};
@@ -123,12 +130,12 @@ double learner_frames_per_s(const LearnerCase& c, int R, int updates) {
       return std::chrono::duration<double>(Clock::now() - start).count();
     })[0];
   } catch (...) {
-    queue.close();
-    producer.join();
-    throw;
+    run_error = std::current_exception();
   }
   queue.close();
   producer.join();
+  if (producer_error) std::rethrow_exception(producer_error);
+  if (run_error) std::rethrow_exception(run_error);
   return static_cast<double>(updates) * static_cast<double>(share * R) * kUnroll / seconds;
 }
 

@@ -276,9 +276,13 @@ Command add_bench_job(CLI::App& bench, const BenchJob& job, const std::string& h
   }
   app->add_option("--memory", flags->memory, "keep, system or both")
       ->check(CLI::IsMember({"keep", "system", "both"}));
-  app->add_option("--configs", flags->configs,
-                  "Subset of: local-1x1 local-1x2t local-2x1 mpi-2x1 gloo-2x1 ddp-gloo-2x1" +
-                      std::string(job.name == "gan" ? " ddp-gloo-2x1-cl" : ""));
+  std::vector<std::string> names;
+  for (const Configuration& c : job.name == "gan" ? gan_configurations() : all_configurations()) {
+    names.push_back(c.name);
+  }
+  std::string listed;
+  for (const std::string& name : names) listed += " " + name;
+  app->add_option("--configs", flags->configs, "Subset of:" + listed)->check(CLI::IsMember(names));
   app->add_option("--python", flags->python, "Python with torch, for the DDP run");
   app->add_option("--ddp-script", flags->ddp_script, "Path of bench/" + job.peer_script);
   app->add_flag("--json", flags->json, "One JSON object per configuration and memory setting");

@@ -56,6 +56,9 @@ void choose_blas_kernels(char** argv) {
   if (better.empty()) return;
   ::setenv("OPENBLAS_CORETYPE", better.c_str(), 1);
   ::execv("/proc/self/exe", argv);
+  // Still here: the exec failed. Leave the environment as it was, so that the processes this
+  // one starts run the same kernels as it does.
+  ::unsetenv("OPENBLAS_CORETYPE");
 }
 
 std::string blas_description() {

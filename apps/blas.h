@@ -28,9 +28,13 @@ std::string better_openblas_core(std::string_view core, CpuFeatures cpu);
 
 // Called first in main(): when libblas.so.3 is OpenBLAS running kernels below what this CPU
 // can and OPENBLAS_CORETYPE is not set, sets it to better_openblas_core() and re-executes
-// the process with the same arguments (does not return; the variable stays set for the
-// processes it starts, mpirun's ranks and benchmark peers alike). Otherwise returns at once.
-// Never throws; if the exec fails the process goes on with the kernels it has.
+// /proc/self/exe with the same arguments (does not return; the variable stays set for the
+// processes it starts, mpirun's ranks and benchmark peers alike, which then load the faster
+// kernels at once). Otherwise returns at once. Such a process loads its libraries twice
+// (three times with the train jobs' memory setting, which re-executes too). Not for a
+// process started through the dynamic loader by hand (`ld.so replicator ...`), whose
+// /proc/self/exe is the loader: set OPENBLAS_CORETYPE there. Never throws; if the exec
+// fails the process goes on with the kernels it has, and the variable is unset again.
 void choose_blas_kernels(char** argv);
 
 // "OpenBLAS <core>" (the kernels in use), or "BLAS without openblas_get_corename" for

@@ -318,7 +318,7 @@ def main():
                    help="print rank 0's losses to stderr every N steps (0: never)")
     p.add_argument("--json", action="store_true", help="end with one JSON line")
     p.add_argument("--channels-last", action="store_true",
-                   help="lay out both networks and their inputs channels last")
+                   help="lay out both networks' weights and G's first activation channels last")
     p.add_argument("--check", action="store_true",
                    help="self-test: 2 processes, 3 steps, batch 8, width 8")
     args = p.parse_args()

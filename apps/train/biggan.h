@@ -39,11 +39,16 @@ struct BigGanOptions {
   std::int64_t z_chunk = 32;    // zc: z has 3 chunks of it (one per block + the first layer)
   std::int64_t embedding = 64;  // the shared class embedding of G
   std::int64_t classes = 10;
-  // Activations (and, through to_channels_last, weights) laid out channels last: the same
+  // Activations (and, through to_memory_format, weights) laid out channels last: the same
   // values, faster convolutions on CPU.
   bool channels_last = true;
   std::int64_t z_dim() const { return 3 * z_chunk; }
 };
+
+// The layout of the networks' 4-dimensional weights and activations under `options`.
+inline c10::MemoryFormat memory_format(const BigGanOptions& options) {
+  return options.channels_last ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::Contiguous;
+}
 
 class GeneratorBlockImpl : public ::torch::nn::Module {
  public:

@@ -133,7 +133,7 @@ GanResult train_gan(const GanOptions& o) {
       models = GanModels(o.model);
       orthogonal_init(*models->generator);
       orthogonal_init(*models->discriminator);
-      if (o.model.channels_last) rt::to_channels_last(*models);
+      rt::to_memory_format(*models, memory_format(o.model));
     }
     rt::broadcast_parameters(ctx, *models);
     Generator& G = models->generator;
@@ -157,6 +157,8 @@ GanResult train_gan(const GanOptions& o) {
     rt::ModuleEma ema(*G, *models->ema, {.decay = o.ema_decay, .start_step = o.ema_start});
     const rt::TrainingPosition position =
         resume_job(ctx, o.resume, folder ? &*folder : nullptr, *models, optimizers);
+    // A checkpoint brings the layout it was saved in; the run's own wins.
+    rt::to_memory_format(*models, memory_format(o.model));
 
     RealBatches real(data::ShardedLoader(train_set, {.global_batch = o.global_batch,
                                                      .replica = ctx.replica_id(),
@@ -340,6 +342,7 @@ GanModels load_gan_checkpoint(const std::filesystem::path& checkpoint, const Big
   ::torch::optim::Adam g(models->generator->parameters(), ::torch::optim::AdamOptions(1e-4));
   ::torch::optim::Adam d(models->discriminator->parameters(), ::torch::optim::AdamOptions(1e-4));
   const rt::TrainingPosition at = rt::load_checkpoint(checkpoint, *models, rt::Optimizers{&g, &d});
+  rt::to_memory_format(*models, memory_format(model));
   if (position != nullptr) *position = at;
   models->eval();
   return models;

@@ -1,7 +1,8 @@
 // Training-mode cross-replica batch norm as a custom autograd function.
 //
 // Forward: each replica takes its per-channel mean m_r and biased variance v_r over its n_r
-// values (one pass, shifted sums in double), and one all_reduce of
+// values (one pass of shifted sums in double; LibTorch's var_mean off the fast path), and one
+// all_reduce of
 // [Σ n_r·m_r, Σ n_r·v_r, Σ n_r·m_r², Σ n_r] (3C+1 doubles) gives the global statistics:
 // mean = Σ n_r·m_r / N and var = (Σ n_r·v_r + Σ n_r·m_r² − N·mean²) / N (the parallel
 // variance formula: only the between-replica term is a difference, so no cancellation on

@@ -90,7 +90,8 @@ struct GradientReducer::State {
   }
 
   // Whether slot `i`'s parameter still accumulates through the hooked node. Replacing a
-  // parameter's data (Module::load, set_data) gives it a new node without our hook.
+  // parameter's data with data of another tensor type (set_data across devices, or to a
+  // sparse or quantized tensor) gives it a new node without our hook.
   bool attached(std::size_t i) const {
     return ::torch::autograd::impl::try_get_grad_accumulator(slots[i].param) == accumulators[i];
   }

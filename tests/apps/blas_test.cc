@@ -1,7 +1,11 @@
-// Tests of the choice of OpenBLAS kernels (apps/blas.h).
+// Tests of the choice of OpenBLAS kernels (apps/blas.h). This test program links no BLAS:
+// choose_blas_kernels() must then leave the process and its environment alone.
 #include "apps/blas.h"
 
 #include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
 
 namespace {
 
@@ -17,19 +21,36 @@ TEST(BetterOpenBlasCore, TheFallbackCoreGetsWhatTheCpuRuns) {
   EXPECT_EQ(better_openblas_core("Prescott", kAvx2), "Haswell");
   EXPECT_EQ(better_openblas_core("Sandybridge", kAvx2), "Haswell");
   EXPECT_EQ(better_openblas_core("Haswell", kAvx512), "SkylakeX");
+  EXPECT_EQ(better_openblas_core("Zen", kAvx512), "SkylakeX") << "AVX2 kernels on an AVX-512 CPU";
+  EXPECT_EQ(better_openblas_core("SomeFutureCore", kAvx2), "Haswell") << "an unknown name";
 }
 
 TEST(BetterOpenBlasCore, NothingWhenTheKernelsAreAlreadyAsGood) {
   EXPECT_EQ(better_openblas_core("SkylakeX", kAvx512), "");
   EXPECT_EQ(better_openblas_core("COOPERLAKE", kAvx512), "") << "any case";
+  EXPECT_EQ(better_openblas_core("sapphirerapids", kAvx512), "");
   EXPECT_EQ(better_openblas_core("Haswell", kAvx2), "");
   EXPECT_EQ(better_openblas_core("Zen", kAvx2), "");
+  EXPECT_EQ(better_openblas_core("Excavator", kAvx2), "");
   EXPECT_EQ(better_openblas_core("Prescott", kOld), "") << "a CPU without AVX2";
 }
 
-TEST(BlasDescription, NamesTheLibrary) {
-  // This test links no BLAS of its own: whatever is loaded, the text says which.
-  EXPECT_FALSE(replicator::apps::blas_description().empty());
+TEST(ChooseBlasKernels, WithoutOpenBlasReturnsAndSetsNothing) {
+  ::unsetenv("OPENBLAS_CORETYPE");
+  char name[] = "blas_test";
+  char* argv[] = {name, nullptr};
+  replicator::apps::choose_blas_kernels(argv);  // an exec would end this test here
+  EXPECT_EQ(std::getenv("OPENBLAS_CORETYPE"), nullptr);
+  EXPECT_EQ(replicator::apps::blas_description(), "BLAS without openblas_get_corename");
+}
+
+TEST(ChooseBlasKernels, TheUsersChoiceStands) {
+  ::setenv("OPENBLAS_CORETYPE", "Prescott", 1);
+  char name[] = "blas_test";
+  char* argv[] = {name, nullptr};
+  replicator::apps::choose_blas_kernels(argv);
+  EXPECT_EQ(std::string(std::getenv("OPENBLAS_CORETYPE")), "Prescott");
+  ::unsetenv("OPENBLAS_CORETYPE");
 }
 
 }  // namespace

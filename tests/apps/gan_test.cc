@@ -13,6 +13,7 @@
 
 #include "apps/train/biggan.h"
 #include "replicator/errors.h"
+#include "replicator/torch/checkpoint.h"
 
 namespace {
 
@@ -118,6 +119,30 @@ TEST(GanJob, ChannelsLastTakesTheStepOfTheContiguousLayout) {
   };
   EXPECT_TRUE(conv(last).is_contiguous(torch::MemoryFormat::ChannelsLast));
   EXPECT_TRUE(conv(contiguous).is_contiguous());
+}
+
+// A run resumed with the other --memory-format continues in its own layout, and saves it.
+TEST(GanJob, AResumedRunTakesItsOwnLayout) {
+  GanOptions o = small_run();
+  o.config = replicator::Config{.local_replicas = 1};
+  o.out = temp_dir("relayout");
+  o.model.channels_last = false;
+  o.steps = 1;
+  train_gan(o);
+  o.model.channels_last = true;
+  o.steps = 2;
+  EXPECT_EQ(train_gan(o).steps, 2);
+  // Loaded as stored, without load_gan_checkpoint's own layout.
+  GanModels stored(o.model);
+  torch::optim::Adam g(stored->generator->parameters(), torch::optim::AdamOptions(1e-4));
+  torch::optim::Adam d(stored->discriminator->parameters(), torch::optim::AdamOptions(1e-4));
+  replicator::torch::load_checkpoint(o.out / "checkpoint-000000002.pt", *stored,
+                                     replicator::torch::Optimizers{&g, &d});
+  EXPECT_TRUE(stored->generator->named_parameters()["block1.conv1.weight"].is_contiguous(
+      torch::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(stored->discriminator->named_parameters()["block2.conv1.weight"].is_contiguous(
+      torch::MemoryFormat::ChannelsLast));
+  std::filesystem::remove_all(o.out);
 }
 
 TEST(GanJob, RejectsABatchThatDoesNotSplit) {

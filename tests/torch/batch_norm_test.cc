@@ -58,10 +58,12 @@ StepResult train_step(Holder& bn, const torch::Tensor& input, const torch::Tenso
 // Trains one batch norm on the global batches (outside any run), and replicas on their
 // rows [bounds[r], bounds[r+1]) of the same batches, `kSteps` steps; compares every step.
 // With `channels_last` the replicas' rows (4-D) are laid out channels last, and so must their
-// outputs and input gradients be; the single batch norm keeps LibTorch's contiguous layout.
+// outputs and input gradients be; their output gradients too unless `contiguous_grads`. The
+// single batch norm keeps LibTorch's contiguous layout.
 template <typename Holder>
 void expect_replicas_match_one(std::vector<std::int64_t> bounds, std::vector<std::int64_t> shape,
-                               bool affine = true, bool channels_last = false) {
+                               bool affine = true, bool channels_last = false,
+                               bool contiguous_grads = false) {
   constexpr int kSteps = 3;
   const int n = static_cast<int>(bounds.size()) - 1;
   ASSERT_EQ(bounds.back(), shape[0]);
@@ -99,11 +101,12 @@ void expect_replicas_match_one(std::vector<std::int64_t> bounds, std::vector<std
     const auto got = repl.run([&](ReplicaContext& ctx) {
       const int r = ctx.replica_id();
       const std::int64_t begin = bounds[r], end = bounds[r + 1];
-      const auto rows = [&](const torch::Tensor& t) {
+      const auto rows = [&](const torch::Tensor& t, bool last) {
         const torch::Tensor part = t.slice(0, begin, end);
-        return channels_last ? part.contiguous(torch::MemoryFormat::ChannelsLast) : part;
+        return last ? part.contiguous(torch::MemoryFormat::ChannelsLast) : part;
       };
-      return train_step(replicas[r], rows(inputs[s]), rows(output_grads[s]));
+      return train_step(replicas[r], rows(inputs[s], channels_last),
+                        rows(output_grads[s], channels_last && !contiguous_grads));
     });
     std::vector<torch::Tensor> ys, dxs;
     for (int r = 0; r < n; ++r) {
@@ -198,6 +201,18 @@ INSTANTIATE_TEST_SUITE_P(ReplicasAndLayouts, CrossReplicaBatchNormTest,
 TEST(CrossReplicaBatchNormSplitTest, UnevenSplitMatchesOneReplica) {
   expect_replicas_match_one<rt::CrossReplicaBatchNorm1d>({0, 1, 4, 8}, {8, 4});
   expect_replicas_match_one<rt::CrossReplicaBatchNorm2d>({0, 3, 8}, {8, 2, 3, 3});
+}
+
+// Channels-last rows with contiguous output gradients (backward takes them to the input's
+// layout), and shapes whose two layouts are the same memory (one channel, one pixel).
+TEST(CrossReplicaBatchNormSplitTest, ChannelsLastWithContiguousGradientsAndAmbiguousShapes) {
+  expect_replicas_match_one<rt::CrossReplicaBatchNorm2d>(even_bounds(2, 8), {8, 5, 4, 3}, true,
+                                                         /*channels_last=*/true,
+                                                         /*contiguous_grads=*/true);
+  expect_replicas_match_one<rt::CrossReplicaBatchNorm2d>(even_bounds(2, 8), {8, 1, 4, 3}, true,
+                                                         /*channels_last=*/true);
+  expect_replicas_match_one<rt::CrossReplicaBatchNorm2d>(even_bounds(2, 8), {8, 5, 1, 1}, true,
+                                                         /*channels_last=*/true);
 }
 
 TEST(CrossReplicaBatchNormSplitTest, WithoutAffineMatchesOneReplica) {

@@ -301,7 +301,7 @@ struct ChannelsLastNet : torch::nn::Module {
   torch::nn::Linear head;
 };
 
-TEST(ToChannelsLast, SameValuesAndTensorsFasterLayoutSameTraining) {
+TEST(ToMemoryFormat, ChannelsLastKeepsValuesTensorsAndTraining) {
   torch::manual_seed(5);
   ChannelsLastNet plain, last;
   {
@@ -313,7 +313,7 @@ TEST(ToChannelsLast, SameValuesAndTensorsFasterLayoutSameTraining) {
   for (const torch::Tensor& p : last.parameters()) impls.push_back(p.unsafeGetTensorImpl());
   torch::optim::SGD sgd_plain(plain.parameters(), 0.1), sgd_last(last.parameters(), 0.1);
 
-  rt::to_channels_last(last);
+  rt::to_memory_format(last, torch::MemoryFormat::ChannelsLast);
 
   const torch::Tensor weight = last.conv->weight;
   EXPECT_TRUE(weight.is_contiguous(torch::MemoryFormat::ChannelsLast));
@@ -347,6 +347,14 @@ TEST(ToChannelsLast, SameValuesAndTensorsFasterLayoutSameTraining) {
   }
   EXPECT_TRUE(last.conv->weight.is_contiguous(torch::MemoryFormat::ChannelsLast))
       << "the optimizer kept the layout";
+
+  // And back: the same tensor, contiguous again, with its values.
+  const torch::Tensor before = last.conv->weight.clone();
+  rt::to_memory_format(last, torch::MemoryFormat::Contiguous);
+  EXPECT_TRUE(last.conv->weight.is_contiguous());
+  EXPECT_EQ(last.conv->weight.unsafeGetTensorImpl(), weight.unsafeGetTensorImpl());
+  EXPECT_TRUE(torch::equal(last.conv->weight, before));
+  EXPECT_THROW(rt::to_memory_format(last, torch::MemoryFormat::Preserve), InvalidArgument);
 }
 
 TEST(Checkpoint, SeveralOptimizersRoundTripAndTheCountIsChecked) {
