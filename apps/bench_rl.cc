@@ -6,9 +6,11 @@
 //            a producer thread keeps in a trajectory queue, R = 1 and 2 local replicas each
 //            sampling its share: frames learned per second, for the job's CartPole network
 //            (an MLP) and its MinAtar network (a convolution, then fully connected layers);
-//   job      `replicator train impala` on CartPole as its own process: the synchronous loop
-//            (--actors 0: one thread plays until a batch is there, then learns), 2 actor
-//            threads with R = 1, and with R = 2;
+//   job      `replicator train impala` on CartPole as its own process, 16 environments per
+//            actor: the synchronous loop (--actors 0: one thread plays until a batch is
+//            there, then learns), the job's default layout (an actor thread per core the
+//            learner replicas leave) with R = 1 and with R = 2, and 2 actor threads with
+//            R = 1 (on 2 cores, actors and learner then take turns);
 //   peer     bench/impala_peer.py: IMPALA in PyTorch with 2 actor processes (TorchBeast's
 //            MonoBeast style), the same network, unroll, batch and hyperparameters.
 // Frames per second are frames learned from (learner steps x batch x unroll), except for env.
@@ -46,8 +48,8 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchRlFlags {
   int repeats = 3;
-  std::int64_t frames = 400'000;  // per job and peer run
-  int updates = 60;               // timed learner updates per measurement
+  std::int64_t frames = 2'000'000;  // per job and peer run (400,000 took 2 s: too noisy)
+  int updates = 60;                 // timed learner updates per measurement
   std::string python;
   std::string peer_script;
   bool json = false;
@@ -178,8 +180,9 @@ int run_bench_rl(const BenchRlFlags& f) {
                           std::to_string(flags.frames) + " --report-every 100";
   const std::vector<std::pair<std::string, std::string>> jobs = {
       {"job sync (actors 0, R=1)", job + " --actors 0"},
-      {"job 2 actors, R=1", job + " --actors 2"},
-      {"job 2 actors, R=2", job + " --actors 2 --replicas 2"},
+      {"job R=1, actor per free core", job},
+      {"job R=1, 2 actors", job + " --actors 2"},
+      {"job R=2, actor per free core", job + " --replicas 2"},
       {"peer pytorch, 2 actor procs", quote(flags.python) + " " + quote(flags.peer_script) +
                                           " --actors 2 --json --frames " +
                                           std::to_string(flags.frames)}};
@@ -227,16 +230,17 @@ int run_bench_rl(const BenchRlFlags& f) {
       std::printf("%-30s %12.0f frames/s  [%.0f..%.0f]\n", row.name.c_str(), med[row.name], lo, hi);
     }
   }
-  const double r1 = med["job 2 actors, R=1"];
+  const double r1 = med["job R=1, actor per free core"];
   std::vector<std::pair<std::string, double>> ratios;
   for (const LearnerCase& c : learner_cases()) {
     ratios.emplace_back("learner " + c.name + " R=2 / R=1",
                         med[learner_row(c, 2)] / med[learner_row(c, 1)]);
   }
-  ratios.insert(ratios.end(),
-                {{"job 2 actors R=1 / sync loop", r1 / med["job sync (actors 0, R=1)"]},
-                 {"job 2 actors R=1 / pytorch peer", r1 / med["peer pytorch, 2 actor procs"]},
-                 {"job 2 actors R=2 / R=1", med["job 2 actors, R=2"] / r1}});
+  ratios.insert(ratios.end(), {{"job R=1 / sync loop", r1 / med["job sync (actors 0, R=1)"]},
+                               {"job R=1 / pytorch peer", r1 / med["peer pytorch, 2 actor procs"]},
+                               {"job R=1, 2 actors / sync loop",
+                                med["job R=1, 2 actors"] / med["job sync (actors 0, R=1)"]},
+                               {"job R=2 / R=1", med["job R=2, actor per free core"] / r1}});
   for (const auto& [name, value] : ratios) {
     if (flags.json) {
       std::printf("%s\n",

@@ -93,9 +93,10 @@ Command add_train_impala(CLI::App& train) {
                   "cartpole, breakout, space_invaders, freeway, asterix or seaquest")
       ->capture_default_str();
   app->add_option("--actors", o.actors,
-                  "Actor threads per process; 0: the learner's thread plays until a batch is "
-                  "there, then learns (a synchronous loop, one learner replica per process)")
-      ->capture_default_str()
+                  "Actor threads per process (default: one per core the process's learner "
+                  "replicas leave, at least 1; with several processes on a host, give it); 0: "
+                  "the learner's thread plays until a batch is there, then learns (a "
+                  "synchronous loop, one learner replica per process)")
       ->check(CLI::Range(0, 4096));
   app->add_option("--envs-per-actor", o.envs_per_actor, "Environments each actor steps together")
       ->capture_default_str()

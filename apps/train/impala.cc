@@ -1,6 +1,7 @@
 #include "apps/train/impala.h"
 
 #include <ATen/Parallel.h>
+#include <sched.h>
 #include <torch/torch.h>
 
 #include <atomic>
@@ -129,14 +130,22 @@ class ActorThreads {
   std::exception_ptr error_;
 };
 
+// The cores this process may run on: its affinity mask (what nproc counts), else all.
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
 }  // namespace
 
 ImpalaResult train_impala(const ImpalaOptions& o) {
-  if (o.actors < 0 || o.envs_per_actor < 1 || o.unroll < 1 || o.batch < 1 || o.frames < 1 ||
+  if (o.actors < -1 || o.envs_per_actor < 1 || o.unroll < 1 || o.batch < 1 || o.frames < 1 ||
       o.threads < 1 || o.report_every < 1) {
     throw InvalidArgument(
         "envs-per-actor, unroll, batch, frames, threads and report-every must be at least 1, "
-        "actors at least 0");
+        "actors at least 0 (or -1: one per free core)");
   }
   at::set_num_threads(o.threads);
   // Checks the environment's name before anything starts.
@@ -157,7 +166,8 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
   const int per_replica = o.batch / R;
   // No actor threads: the learner's own thread plays until a batch is there, then learns
   // (the synchronous loop the actor-learner is measured against).
-  const bool synchronous = o.actors == 0;
+  const int actor_threads = o.actors >= 0 ? o.actors : std::max(1, usable_cores() - L);
+  const bool synchronous = actor_threads == 0;
   if (synchronous && L != 1) {
     throw InvalidArgument(
         "--actors 0 (play and learn on one thread) needs 1 learner replica per "
@@ -190,7 +200,8 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
       .discount = o.discount,
       .reward_clip = o.reward_clip,
       .loss = {.baseline_cost = o.baseline_cost, .entropy_cost = o.entropy_cost}};
-  ActorThreads actors(rank * o.actors, o.actors, actor_options, store, queue, log, counters);
+  ActorThreads actors(rank * actor_threads, actor_threads, actor_options, store, queue, log,
+                      counters);
   std::optional<rl::Actor> inline_actor;
   if (synchronous) inline_actor.emplace(rank, actor_options, store, queue, log, counters);
   std::mutex init_mutex;
@@ -201,7 +212,7 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
     result.replicas = R;
     result.local_replicas = L;
     result.processes = P;
-    result.actors = std::max(o.actors, 1) * P;
+    result.actors = std::max(actor_threads, 1) * P;
     result.random_return = random_return;
     result.target_return = target;
 

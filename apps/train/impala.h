@@ -18,7 +18,10 @@ namespace replicator::apps {
 struct ImpalaOptions {
   Config config;  // engine and local (learner) replicas of the job
   std::string env = "cartpole";
-  int actors = 2;                   // actor threads per process; 0: play and learn on one thread
+  // Actor threads per process; 0: play and learn on one thread; -1: one per core that this
+  // process's learner replicas leave (hardware_concurrency − local replicas, at least 1), so
+  // that actors and learners do not take turns on a core.
+  int actors = -1;
   int envs_per_actor = 16;          // M, environments each actor steps together
   int unroll = 20;                  // T
   int batch = 32;                   // unrolls per learner step, over all replicas

@@ -44,6 +44,14 @@ grep -q "resuming from $work/run/checkpoint-000000100.pt" "$work/resume.err" ||
 [[ $(field steps <<<"$out") == 200 ]] || fail "the resumed run did not reach step 200: $out"
 echo "resume: from step 100 to 200"
 
+# The default layout: an actor thread per core that the learner replica leaves, at least 1.
+out=$("$replicator" train impala --env cartpole --envs-per-actor 8 --unroll 10 --batch 8 \
+  --frames 2000 --no-progress --json 2>"$work/default.err") || fail "$(cat "$work/default.err")"
+cores=$(nproc)
+want=$(( cores > 2 ? cores - 1 : 1 ))
+[[ $(field actors <<<"$out") == "$want" ]] || fail "expected $want actors on $cores cores: $out"
+echo "default: $want actor(s) on $cores cores"
+
 # Two learner replicas: threads, mpi processes, gloo processes (actors in each process).
 out=$("$replicator" "${common[@]}" --frames 4000 --replicas 2 2>"$work/r2.err") ||
   fail "$(cat "$work/r2.err")"
@@ -75,7 +83,8 @@ lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 rows = {l["row"]: l["frames_per_s"] for l in lines if l["type"] == "rl"}
 want = ["env cartpole M=64", "learner cartpole mlp R=1", "learner cartpole mlp R=2",
         "learner minatar conv R=1", "learner minatar conv R=2", "job sync (actors 0, R=1)",
-        "job 2 actors, R=1", "job 2 actors, R=2", "peer pytorch, 2 actor procs"]
+        "job R=1, actor per free core", "job R=1, 2 actors", "job R=2, actor per free core",
+        "peer pytorch, 2 actor procs"]
 assert sorted(rows) == sorted(want), sorted(rows)
 assert all(v > 0 for v in rows.values()), rows
 # The BLAS runs the kernels this CPU can (apps/blas.h): not OpenBLAS's SSE3 fallback.
@@ -85,7 +94,7 @@ fast = {"haswell", "zen", "excavator", "skylakex", "cooperlake", "sapphirerapids
 core = next(iter(blas)).removeprefix("OpenBLAS ").lower() if len(blas) == 1 else ""
 assert len(blas) == 1 and (not avx2 or core in fast), blas
 ratios = [l for l in lines if l["type"] == "rl_ratio"]
-assert len(ratios) == 5 and all(r["value"] > 0 for r in ratios), ratios
+assert len(ratios) == 6 and all(r["value"] > 0 for r in ratios), ratios
 PY
   echo "bench rl: every row"
 else
