@@ -49,16 +49,19 @@ std::string better_openblas_core(std::string_view core, CpuFeatures cpu) {
 }
 
 void choose_blas_kernels(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;  // the user's, or ours already
   const CoreName corename = openblas_corename();
   if (corename == nullptr) return;
-  const std::string better = better_openblas_core(corename(), this_cpu());
-  if (better.empty()) return;
-  ::setenv("OPENBLAS_CORETYPE", better.c_str(), 1);
+  const bool threads_set = std::getenv("OPENBLAS_NUM_THREADS") != nullptr;
+  const bool core_set = std::getenv("OPENBLAS_CORETYPE") != nullptr;  // the user's, or ours
+  const std::string better = core_set ? "" : better_openblas_core(corename(), this_cpu());
+  if (threads_set && better.empty()) return;
+  if (!threads_set) ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  if (!better.empty()) ::setenv("OPENBLAS_CORETYPE", better.c_str(), 1);
   ::execv("/proc/self/exe", argv);
   // Still here: the exec failed. Leave the environment as it was, so that the processes this
-  // one starts run the same kernels as it does.
-  ::unsetenv("OPENBLAS_CORETYPE");
+  // one starts run the BLAS as it does.
+  if (!threads_set) ::unsetenv("OPENBLAS_NUM_THREADS");
+  if (!better.empty()) ::unsetenv("OPENBLAS_CORETYPE");
 }
 
 std::string blas_description() {

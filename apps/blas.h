@@ -26,15 +26,17 @@ CpuFeatures this_cpu();
 // FMA; "" when `core` already uses them (or the CPU has neither).
 std::string better_openblas_core(std::string_view core, CpuFeatures cpu);
 
-// Called first in main(): when libblas.so.3 is OpenBLAS running kernels below what this CPU
-// can and OPENBLAS_CORETYPE is not set, sets it to better_openblas_core() and re-executes
-// /proc/self/exe with the same arguments (does not return; the variable stays set for the
-// processes it starts, mpirun's ranks and benchmark peers alike, which then load the faster
-// kernels at once). Otherwise returns at once. Such a process loads its libraries twice
+// Called first in main(): when libblas.so.3 is OpenBLAS and OPENBLAS_NUM_THREADS is not set,
+// sets it to 1 (the replicas and LibTorch are the parallelism; OpenBLAS's own threads would
+// only compete with them); when OpenBLAS runs kernels below what this CPU can and
+// OPENBLAS_CORETYPE is not set, sets it to better_openblas_core(); if either was set, re-executes
+// /proc/self/exe with the same arguments (does not return; the variables stay set for the
+// processes it starts, mpirun's ranks and benchmark peers alike, which then load the same
+// BLAS at once). Otherwise returns at once. Such a process loads its libraries twice
 // (three times with the train jobs' memory setting, which re-executes too). Not for a
 // process started through the dynamic loader by hand (`ld.so replicator ...`), whose
-// /proc/self/exe is the loader: set OPENBLAS_CORETYPE there. Never throws; if the exec
-// fails the process goes on with the kernels it has, and the variable is unset again.
+// /proc/self/exe is the loader: set both variables there. Never throws; if the exec fails
+// the process goes on with the BLAS as it is, and the variables it set are unset again.
 void choose_blas_kernels(char** argv);
 
 // "OpenBLAS <core>" (the kernels in use), or "BLAS without openblas_get_corename" for

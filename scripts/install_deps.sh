@@ -7,10 +7,11 @@
 # present apt is not touched, and when .venv holds the stamp of the same requirements file
 # pip is not run.
 #
-# libopenblas0-serial: LibTorch (and python3-torch) do their matrix products through
+# libopenblas0-pthread: LibTorch (and python3-torch) do their matrix products through
 # libblas.so.3, which without it is Debian's reference BLAS, a plain loop; Debian's
-# alternatives then pick OpenBLAS. The serial build, so that it starts no threads of its own
-# beside the replicas and LibTorch's.
+# alternatives then pick OpenBLAS. Not the serial build: it is not safe to call from several
+# threads at once (replicas as threads then get wrong, changing results); `replicator` runs
+# this one on a single thread of its own per call (OPENBLAS_NUM_THREADS=1, apps/blas.h).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,7 +23,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libgloo-dev libhiredis-dev redis-server iproute2
   libtorch-dev zlib1g-dev libpng-dev dataset-fashion-mnist python3-torch python3-numpy
-  libopenblas0-serial
+  libopenblas0-pthread
   libjemalloc2
   clang-format clang-tidy time
   clang libclang-rt-14-dev
