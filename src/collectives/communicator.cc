@@ -66,6 +66,7 @@ void Communicator::run(int me, const CollectiveDef& def, Descriptor& d,
   const int first = engine_.first();
   const int parity = static_cast<int>(d.sequence & 1);
   const auto deadline = start + timeout;
+  d.timeout = timeout;
   // Across processes the local part always works on the replicas' own buffers.
   const Path path = layout_
                         ? Path::kDirect

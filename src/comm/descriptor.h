@@ -7,6 +7,7 @@
 // itself (buffers) follows for the algorithms.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -36,6 +37,7 @@ struct alignas(64) Descriptor {
   std::uint64_t count = 0;   // in-place ops: elements over all buffers; others: input count
   std::uint64_t layout = 0;  // hash of a fused buffer list, permute pairs, signature
   std::uint32_t num_buffers = 0;
+  std::chrono::milliseconds timeout{0};  // the collective's own limit, for messages; 0: unset
   Call call;
 
   // Same collective with the same shape: what every replica must agree on.

@@ -24,12 +24,14 @@ auto on_transport(const ProcessLayout& layout, const Descriptor& d, Fn&& call) {
       names += (names.empty() ? "" : ", ") + std::string("process ") + std::to_string(process) +
                " (" + replicas_of(layout, process) + ")";
     }
+    // The transport counts from its own wait; the user set the collective's limit.
+    const auto limit = d.timeout.count() > 0 ? d.timeout : e.deadline();
     throw Timeout(std::string(d.name()) + " #" + std::to_string(d.sequence) + " (" + d.describe() +
-                      ") timed out after " + std::to_string(e.deadline().count()) +
+                      ") timed out after " + std::to_string(limit.count()) +
                       " ms waiting for " + names +
                       ". Check that every replica issues the same collectives, or raise the "
                       "timeout.",
-                  std::string(d.name()), d.sequence, e.deadline(), std::move(missing));
+                  std::string(d.name()), d.sequence, limit, std::move(missing));
   } catch (const PeerLost& e) {
     throw PeerLost("lost process " + std::to_string(e.peer()) + " (" +
                        replicas_of(layout, e.peer()) + ") during " + std::string(d.name()) + " #" +
