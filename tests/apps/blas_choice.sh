@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The BLAS settings `replicator` makes for itself and the processes it starts
+# (apps/blas.h), seen from a child of `replicator launch`: a user's OPENBLAS_CORETYPE and
+# OPENBLAS_NUM_THREADS stand; unset, OPENBLAS_NUM_THREADS becomes 1.
+#
+#   blas_choice.sh BUILD_DIR
+# Exit 0 on success, 1 on failure, 77 when libblas.so.3 is not OpenBLAS (nothing to choose).
+set -uo pipefail
+build="${1:?build dir}"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# child_env VAR=VALUE...: the OPENBLAS_ variables a launched child sees.
+child_env() {
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_NUM_THREADS "$@" \
+    timeout 60 "$build/replicator" launch -n 1 -- env | sed 's/^\[rank 0\] //' | grep '^OPENBLAS_' |
+    sort
+}
+
+plain=$(child_env) || true
+if ! grep -q '^OPENBLAS_NUM_THREADS=1$' <<<"$plain"; then
+  echo "libblas.so.3 is not OpenBLAS here (children see: '${plain}'): nothing to check"
+  exit 77
+fi
+echo "unset: $(tr '\n' ' ' <<<"$plain")"
+
+# Prescott is the slowest x86-64 core: a chooser that ignored the user would replace it on
+# any CPU with AVX2.
+chosen=$(child_env OPENBLAS_CORETYPE=Prescott)
+grep -q '^OPENBLAS_CORETYPE=Prescott$' <<<"$chosen" || fail "the user's core type was replaced: $chosen"
+grep -q '^OPENBLAS_NUM_THREADS=1$' <<<"$chosen" || fail "threads not set beside a core type: $chosen"
+
+threads=$(child_env OPENBLAS_NUM_THREADS=3)
+grep -q '^OPENBLAS_NUM_THREADS=3$' <<<"$threads" || fail "the user's thread count was replaced: $threads"
+echo "the user's OPENBLAS_CORETYPE and OPENBLAS_NUM_THREADS stand"
