@@ -1,0 +1,167 @@
+// Actors in other processes and hosts (IMPALA's and PolyBeast's remote actors over gRPC).
+//
+// Each learner process runs a LearnerServer beside its trajectory queue and parameter store.
+// A remote actor process holds a RemoteLearner: it asks the learner what to play (Hello),
+// then pumps parameters from the learner into a local ParameterStore and unrolls from a
+// local TrajectoryQueue to the learner, so that the same rl::Actor plays in a thread of the
+// learner or in a process of its own: one actor, two ways to reach the queue.
+//
+// - Flow control: the server takes the next unroll of a stream only once the one before is
+//   in its queue; a full queue pushes back on the stream and, through the actor's local
+//   queue, on the actor.
+// - An unroll is one message: it is inserted whole or not at all, never twice (nothing is
+//   re-sent). An actor that dies loses the unrolls in flight; the learner goes on with the
+//   others. A restarted actor says hello again and is fed the newest parameters.
+// - Every call has a deadline. An actor that cannot reach its learner retries with backoff
+//   and, past its timeout, throws PeerLost naming the learner's address.
+// No LibTorch: parameters travel as the flat floats ParameterStore holds.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "replicator/rl/parameter_store.h"
+#include "replicator/rl/trajectory_queue.h"
+#include "replicator/rl/unroll.h"
+
+namespace replicator::rl {
+
+// What a learner tells an actor to play, and the actor's id.
+struct ActorAssignment {
+  int actor = 0;  // seeds its environments (Actor's id)
+  std::string env;
+  int envs = 0;    // M
+  int unroll = 0;  // T
+  int hidden = 0;  // the policy network's width
+  std::uint64_t seed = 0;
+  int learner_rank = 0;
+  int observation_size = 0;
+  int num_actions = 0;
+};
+
+struct LearnerServerOptions {
+  // host:port to listen on; port 0 takes a free one (port() tells which).
+  std::string address = "0.0.0.0:0";
+  ActorAssignment play;  // its `actor` is ignored: ids come from next_actor below
+  int next_actor = 0;    // the id given to the first actor that asks for any
+  // Called for each episode an actor reports and the frames it played (from the server's
+  // threads, concurrently): the learner's EpisodeLog and ActorCounters.
+  std::function<void(double episode_return, std::int32_t length)> on_episode;
+  std::function<void(std::int64_t frames)> on_frames;
+};
+
+// One actor as the server sees it (summed over its connections).
+struct RemoteActorStats {
+  int actor = 0;
+  std::string peer;           // its newest connection's address
+  std::int64_t unrolls = 0;   // unrolls it acknowledged: queued, or counted after finish()
+  std::int64_t frames = 0;    // frames it reported
+  std::int64_t episodes = 0;  // episodes it reported
+  int streams = 0;            // insert streams opened (1 + reconnects)
+  int broken_streams = 0;     // streams that ended without the actor closing them
+  bool streaming = false;     // a stream is open now
+  double seconds = 0;         // since its first hello
+};
+
+struct LearnerServerStats {
+  std::vector<RemoteActorStats> actors;  // by id
+  std::int64_t unrolls = 0;              // taken into the queue, all actors
+  std::int64_t after_finish = 0;         // received after finish(), counted and dropped
+  std::int64_t rejected = 0;             // malformed unrolls (their stream was ended)
+  int hellos = 0;
+};
+
+class LearnerServer {
+ public:
+  // Starts serving `store` and `queue` (which must outlive the server). Does not block.
+  // Throws InvalidArgument for an assignment without env or sizes, ConfigError when the
+  // address cannot be bound.
+  LearnerServer(LearnerServerOptions options, const ParameterStore& store,
+                TrajectoryQueue<Unroll>& queue);
+  // Stops serving (finish() with no grace, if not done). Blocks until the calls in flight end.
+  ~LearnerServer();
+  LearnerServer(const LearnerServer&) = delete;
+  LearnerServer& operator=(const LearnerServer&) = delete;
+
+  int port() const;             // the port bound
+  std::string address() const;  // host:port as bound
+
+  // BLOCKS until `n` distinct actors said hello or `timeout` passed; returns how many did.
+  // Never throws.
+  int wait_for_actors(int n, std::chrono::milliseconds timeout) const;
+
+  // The learner is done: parameter polls answer `finished` and unrolls that still come are
+  // counted, not queued. BLOCKS up to `grace` for the open streams to be closed by their
+  // actors, then stops serving. Idempotent; never throws.
+  void finish(std::chrono::milliseconds grace);
+
+  // A consistent copy of the counts. Thread-safe; allocates.
+  LearnerServerStats stats() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+struct RemoteLearnerOptions {
+  std::string address;  // the learner's host:port
+  int actor = -1;       // the id to ask for; -1: the learner gives one
+  // How long the learner may stay unreachable (no call succeeding) before the actor gives up.
+  std::chrono::milliseconds timeout{30'000};
+  std::chrono::milliseconds call_timeout{5'000};  // deadline of each call
+  std::chrono::milliseconds poll_wait{500};       // how long a parameter poll may wait
+};
+
+// What a remote actor has done.
+struct RemoteActorCounts {
+  std::int64_t sent = 0;          // unrolls written to a stream
+  std::int64_t acknowledged = 0;  // unrolls the learner said it took (streams closed cleanly)
+  std::int64_t lost = 0;          // written to a stream that broke, or held when it broke
+  int reconnects = 0;             // streams opened after the first
+  std::int64_t versions = 0;      // parameter versions received
+};
+
+// The actor's side of the connection to one learner process.
+class RemoteLearner {
+ public:
+  // Connects and says hello. BLOCKS, retrying with backoff, until the learner answers or
+  // options.timeout passes: then throws PeerLost naming the address. InvalidArgument for an
+  // address without a port; InvalidArgument for a hello the learner refuses.
+  explicit RemoteLearner(RemoteLearnerOptions options);
+  ~RemoteLearner();
+  RemoteLearner(const RemoteLearner&) = delete;
+  RemoteLearner& operator=(const RemoteLearner&) = delete;
+
+  const ActorAssignment& assignment() const;
+
+  // What pump() reports with each unroll: the episodes finished and the frames played since
+  // the last call. Called from pump()'s thread.
+  struct Report {
+    std::vector<std::pair<double, std::int32_t>> episodes;  // return, length
+    std::int64_t frames = 0;
+  };
+
+  // BLOCKS: publishes the learner's newest parameters into `store` (from a thread of its
+  // own) and streams the unrolls sampled from `queue` to the learner, each with report(),
+  // until the learner says it has finished (returns normally, after closing the stream
+  // cleanly), `stop` is set (the same), or the learner stays unreachable past the timeout
+  // (throws PeerLost naming it). A broken stream loses what was in flight (counted) and is
+  // opened again. Throws what `queue` throws except its Timeout.
+  void pump(ParameterStore& store, TrajectoryQueue<Unroll>& queue,
+            const std::function<Report()>& report, const std::atomic<bool>& stop);
+
+  RemoteActorCounts counts() const;  // thread-safe
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace replicator::rl

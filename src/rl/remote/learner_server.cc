@@ -1,0 +1,267 @@
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "learner.grpc.pb.h"
+#include "replicator/errors.h"
+#include "replicator/rl/remote.h"
+#include "src/rl/remote/wire.h"
+
+namespace replicator::rl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// How often a call that waits (an insert into a full queue, a parameter poll) looks again
+// at the end of the learner and at its client's cancellation.
+constexpr milliseconds kInsertWait{100};
+constexpr milliseconds kPollStep{2};
+
+}  // namespace
+
+class LearnerServer::Impl final : public remote::Learner::Service {
+ public:
+  Impl(LearnerServerOptions options, const ParameterStore& store, TrajectoryQueue<Unroll>& queue)
+      : options_(std::move(options)), store_(store), queue_(queue) {
+    const ActorAssignment& p = options_.play;
+    if (p.env.empty() || p.envs < 1 || p.unroll < 1 || p.hidden < 1 || p.observation_size < 1 ||
+        p.num_actions < 1) {
+      throw InvalidArgument("a learner server needs an environment and positive sizes to assign");
+    }
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(options_.address, grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(this);
+    builder.SetMaxReceiveMessageSize(-1);
+    builder.SetMaxSendMessageSize(-1);
+    server_ = builder.BuildAndStart();
+    if (!server_ || port_ == 0) {
+      throw ConfigError("the learner cannot listen on " + options_.address +
+                        " (address in use, or not one of this host's)");
+    }
+    const std::size_t colon = options_.address.rfind(':');
+    address_ = options_.address.substr(0, colon) + ":" + std::to_string(port_);
+  }
+
+  ~Impl() override { finish(milliseconds::zero()); }
+
+  int port() const { return port_; }
+  const std::string& address() const { return address_; }
+
+  int wait_for_actors(int n, milliseconds timeout) const {
+    std::unique_lock lock(mu_);
+    changed_.wait_for(lock, timeout, [&] { return static_cast<int>(actors_.size()) >= n; });
+    return static_cast<int>(actors_.size());
+  }
+
+  void finish(milliseconds grace) {
+    {
+      std::unique_lock lock(mu_);
+      if (!finishing_) {
+        finishing_ = true;
+        changed_.notify_all();
+      }
+      changed_.wait_for(lock, grace, [&] { return open_streams_ == 0; });
+      if (stopped_) return;
+      stopped_ = true;
+    }
+    // Calls still in flight get a short deadline, then are cancelled.
+    server_->Shutdown(std::chrono::system_clock::now() + milliseconds(200));
+    server_->Wait();
+  }
+
+  LearnerServerStats stats() const {
+    std::lock_guard lock(mu_);
+    LearnerServerStats s = totals_;
+    const double now = seconds_now();
+    for (const auto& [id, a] : actors_) {
+      s.actors.push_back(a.stats);
+      s.actors.back().seconds = now - a.first_seen;
+    }
+    return s;
+  }
+
+  grpc::Status Hello(grpc::ServerContext* context, const remote::HelloRequest* request,
+                     remote::HelloReply* reply) override {
+    ActorAssignment a = options_.play;
+    {
+      std::lock_guard lock(mu_);
+      if (finishing_) return {grpc::StatusCode::FAILED_PRECONDITION, "the learner has finished"};
+      a.actor = request->actor() >= 0 ? request->actor() : options_.next_actor++;
+      Known& known = actors_[a.actor];
+      if (known.stats.peer.empty()) known.first_seen = seconds_now();
+      known.stats.actor = a.actor;
+      known.stats.peer = request->host().empty() ? context->peer() : request->host();
+      ++totals_.hellos;
+      changed_.notify_all();
+    }
+    reply->set_actor(a.actor);
+    reply->set_env(a.env);
+    reply->set_envs(a.envs);
+    reply->set_unroll(a.unroll);
+    reply->set_hidden(a.hidden);
+    reply->set_seed(a.seed);
+    reply->set_learner_rank(a.learner_rank);
+    reply->set_observation_size(a.observation_size);
+    reply->set_num_actions(a.num_actions);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Insert(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<remote::InsertReply, remote::InsertRequest>* stream) override {
+    int actor = -1;
+    std::int64_t accepted = 0;
+    {
+      std::lock_guard lock(mu_);
+      ++open_streams_;
+    }
+    remote::InsertRequest request;
+    grpc::Status status = grpc::Status::OK;
+    bool read_all = false;
+    while (true) {
+      if (!stream->Read(&request)) {
+        read_all = true;
+        break;
+      }
+      Unroll unroll;
+      try {
+        unroll = remote_wire::from_message(request.unroll());
+      } catch (const DataError& e) {
+        status = {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
+        break;
+      }
+      const ActorAssignment& p = options_.play;
+      if (unroll.observation_size != p.observation_size || unroll.num_actions != p.num_actions) {
+        status = {grpc::StatusCode::INVALID_ARGUMENT,
+                  "an unroll of observations of " + std::to_string(unroll.observation_size) +
+                      " floats and " + std::to_string(unroll.num_actions) +
+                      " actions; this learner plays " + p.env};
+        break;
+      }
+      if (actor < 0) {
+        actor = unroll.actor;
+        std::lock_guard lock(mu_);
+        Known& known = actors_[actor];
+        known.stats.actor = actor;
+        ++known.stats.streams;
+        known.stats.streaming = true;
+      }
+      for (const remote::Episode& e : request.episodes()) {
+        if (options_.on_episode) options_.on_episode(e.episode_return(), e.length());
+      }
+      if (options_.on_frames && request.frames() > 0) options_.on_frames(request.frames());
+      const bool queued = put(std::move(unroll), context);
+      if (context->IsCancelled()) break;
+      ++accepted;
+      {
+        remote::InsertReply reply;
+        reply.set_accepted(accepted);
+        stream->Write(reply);  // a client gone shows in the next Read
+      }
+      std::lock_guard lock(mu_);
+      Known& known = actors_[actor];
+      known.stats.frames += request.frames();
+      known.stats.episodes += request.episodes_size();
+      ++known.stats.unrolls;
+      if (queued) {
+        ++totals_.unrolls;
+      } else {
+        ++totals_.after_finish;
+      }
+    }
+    {
+      std::lock_guard lock(mu_);
+      if (!status.ok()) ++totals_.rejected;
+      if (actor >= 0) {
+        Known& known = actors_[actor];
+        known.stats.streaming = false;
+        // A client that died or dropped the call cancels it; a clean one closes its writes.
+        if (!read_all || !status.ok() || context->IsCancelled()) ++known.stats.broken_streams;
+      }
+      --open_streams_;
+      changed_.notify_all();
+    }
+    return status;
+  }
+
+  grpc::Status GetParameters(grpc::ServerContext* context, const remote::ParametersRequest* request,
+                             remote::ParametersReply* reply) override {
+    const Clock::time_point until =
+        Clock::now() + milliseconds(std::clamp(request->wait_ms(), 0, 60'000));
+    while (store_.version() <= request->have_version() && !is_finishing() &&
+           !context->IsCancelled() && Clock::now() < until) {
+      std::this_thread::sleep_for(kPollStep);
+    }
+    reply->set_finished(is_finishing());
+    const std::shared_ptr<const PolicySnapshot> latest = store_.latest();
+    if (latest && latest->version > request->have_version()) {
+      reply->set_version(latest->version);
+      remote_wire::put(latest->parameters, reply->mutable_parameters());
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  struct Known {
+    RemoteActorStats stats;
+    double first_seen = 0;
+  };
+
+  static double seconds_now() {
+    return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+  }
+  bool is_finishing() const {
+    std::lock_guard lock(mu_);
+    return finishing_;
+  }
+
+  // Inserts `unroll`, waiting while the queue is full: true once queued, false when the
+  // learner finished first (the unroll is dropped) or the client went away.
+  bool put(Unroll&& unroll, grpc::ServerContext* context) {
+    while (!is_finishing() && !context->IsCancelled()) {
+      try {
+        queue_.insert(std::move(unroll), kInsertWait);
+        return true;
+      } catch (const Timeout&) {
+        // Still full: look again at the end and at the client.
+      } catch (const Aborted&) {
+        return false;  // the queue closed: the learner is ending
+      }
+    }
+    return false;
+  }
+
+  LearnerServerOptions options_;
+  const ParameterStore& store_;
+  TrajectoryQueue<Unroll>& queue_;
+  int port_ = 0;
+  std::string address_;
+  std::unique_ptr<grpc::Server> server_;
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable changed_;
+  std::map<int, Known> actors_;  // under mu_
+  LearnerServerStats totals_;    // under mu_ (its actors left empty)
+  int open_streams_ = 0;         // under mu_
+  bool finishing_ = false;       // under mu_
+  bool stopped_ = false;         // under mu_
+};
+
+LearnerServer::LearnerServer(LearnerServerOptions options, const ParameterStore& store,
+                             TrajectoryQueue<Unroll>& queue)
+    : impl_(std::make_unique<Impl>(std::move(options), store, queue)) {}
+LearnerServer::~LearnerServer() = default;
+int LearnerServer::port() const { return impl_->port(); }
+std::string LearnerServer::address() const { return impl_->address(); }
+int LearnerServer::wait_for_actors(int n, milliseconds timeout) const {
+  return impl_->wait_for_actors(n, timeout);
+}
+void LearnerServer::finish(milliseconds grace) { impl_->finish(grace); }
+LearnerServerStats LearnerServer::stats() const { return impl_->stats(); }
+
+}  // namespace replicator::rl
