@@ -34,6 +34,9 @@ int main(int argc, char** argv) {
   commands.push_back(replicator::apps::add_bench_train(*bench));
   commands.push_back(replicator::apps::add_bench_gan(*bench));
   commands.push_back(replicator::apps::add_bench_rl(*bench));
+  CLI::App* rl = app.add_subcommand("rl", "Reinforcement learning: remote actors");
+  rl->require_subcommand(1);
+  commands.push_back(replicator::apps::add_rl_actor(*rl));
   CLI::App* eval = replicator::apps::add_eval_group(app);
   commands.push_back(replicator::apps::add_eval_real(*eval));
   commands.push_back(replicator::apps::add_eval_gan(*eval));

@@ -67,6 +67,9 @@ int run_impala(const ImpalaFlags& f) {
                        {"target_return", number(r.target_return)},
                        {"solved_frames", r.solved_frames},
                        {"solved_seconds", r.solved_seconds},
+                       {"remote_actors", o.remote_actors},
+                       {"remote_unrolls", r.remote_unrolls},
+                       {"remote_after_finish", r.remote_after_finish},
                        {"digest", r.digest}});
   }
   return 0;
@@ -137,6 +140,14 @@ Command add_train_impala(CLI::App& train) {
          "Unrolls each process's queue holds (default: one batch; more lets the actors run "
          "further ahead of the learner, with staler unrolls)")
       ->check(CLI::NonNegativeNumber);
+  app->add_option("--remote-actors", o.remote_actors,
+                  "Actor processes (`replicator rl actor --learner HOST:PORT`) each learner "
+                  "process waits for before it learns; with them, --actors defaults to 0")
+      ->check(CLI::Range(0, 1 << 20));
+  app->add_option("--listen", o.listen,
+                  "host:port where each learner process serves remote actors (process r: "
+                  "port + r; port 0: any free one, printed)")
+      ->capture_default_str();
   app->add_option("--report-every", o.report_every,
                   "Learner steps between progress lines and metrics.jsonl records")
       ->capture_default_str()

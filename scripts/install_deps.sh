@@ -24,6 +24,7 @@ packages=(
   libgloo-dev libhiredis-dev redis-server iproute2
   libtorch-dev zlib1g-dev libpng-dev dataset-fashion-mnist python3-torch python3-numpy
   libopenblas0-pthread
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libjemalloc2
   clang-format clang-tidy time
   clang libclang-rt-14-dev

@@ -3,11 +3,13 @@
 #include <ATen/Parallel.h>
 #include <sched.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -27,6 +29,9 @@
 #include "replicator/rl/learner.h"
 #include "replicator/rl/parameter_store.h"
 #include "replicator/rl/policy.h"
+#ifdef REPLICATOR_HAVE_GRPC
+#include "replicator/rl/remote.h"
+#endif
 #include "replicator/rl/trajectory_queue.h"
 #include "replicator/torch/checkpoint.h"
 #include "replicator/torch/tensor_collectives.h"
@@ -138,11 +143,31 @@ int usable_cores() {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
+// Where learner process `rank` of `processes` listens: `listen`'s port + rank (port 0 stays
+// 0: each takes a free one). Throws InvalidArgument for an address without a port.
+std::string listen_address(const std::string& listen, int rank) {
+  const std::size_t colon = listen.rfind(':');
+  int port = -1;
+  if (colon != std::string::npos) {
+    try {
+      std::size_t used = 0;
+      port = std::stoi(listen.substr(colon + 1), &used);
+      if (used != listen.size() - colon - 1) port = -1;
+    } catch (const std::exception&) {
+      port = -1;
+    }
+  }
+  if (port < 0 || port > 65535) {
+    throw InvalidArgument("--listen takes host:port (port 0: any free one), got '" + listen + "'");
+  }
+  return listen.substr(0, colon) + ":" + std::to_string(port == 0 ? 0 : port + rank);
+}
+
 }  // namespace
 
 ImpalaResult train_impala(const ImpalaOptions& o) {
-  if (o.actors < -1 || o.envs_per_actor < 1 || o.unroll < 1 || o.batch < 1 || o.frames < 1 ||
-      o.threads < 1 || o.report_every < 1) {
+  if (o.actors < -1 || o.remote_actors < 0 || o.envs_per_actor < 1 || o.unroll < 1 || o.batch < 1 ||
+      o.frames < 1 || o.threads < 1 || o.report_every < 1) {
     throw InvalidArgument(
         "envs-per-actor, unroll, batch, frames, threads and report-every must be at least 1, "
         "actors at least 0 (or -1: one per free core)");
@@ -166,8 +191,9 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
   const int per_replica = o.batch / R;
   // No actor threads: the learner's own thread plays until a batch is there, then learns
   // (the synchronous loop the actor-learner is measured against).
-  const int actor_threads = o.actors >= 0 ? o.actors : std::max(1, usable_cores() - L);
-  const bool synchronous = actor_threads == 0;
+  const bool remote = o.remote_actors > 0;
+  const int actor_threads = o.actors >= 0 ? o.actors : remote ? 0 : std::max(1, usable_cores() - L);
+  const bool synchronous = actor_threads == 0 && !remote;
   if (synchronous && L != 1) {
     throw InvalidArgument(
         "--actors 0 (play and learn on one thread) needs 1 learner replica per "
@@ -200,6 +226,44 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
       .discount = o.discount,
       .reward_clip = o.reward_clip,
       .loss = {.baseline_cost = o.baseline_cost, .entropy_cost = o.entropy_cost}};
+#ifdef REPLICATOR_HAVE_GRPC
+  // Remote actors: this process's server feeds the same queue, log and counters. Their ids
+  // start at 10000 x (rank + 1), apart from the actor threads' and from other processes'.
+  std::unique_ptr<rl::LearnerServer> server;
+  if (remote) {
+    server = std::make_unique<rl::LearnerServer>(
+        rl::LearnerServerOptions{
+            .address = listen_address(o.listen, rank),
+            .play = {.env = o.env,
+                     .envs = o.envs_per_actor,
+                     .unroll = o.unroll,
+                     .hidden = o.hidden,
+                     .seed = o.seed,
+                     .learner_rank = rank,
+                     .observation_size = probe->observation_size(),
+                     .num_actions = num_actions},
+            .next_actor = 10000 * (rank + 1),
+            .on_episode =
+                [&](double episode_return, std::int32_t length) {
+                  log.add(episode_return, length, counters.frames.load());
+                },
+            .on_frames = [&](std::int64_t frames) { counters.frames += frames; }},
+        store, queue);
+    std::fprintf(stderr, "learner process %d: serving remote actors on %s; waiting for %d\n", rank,
+                 server->address().c_str(), o.remote_actors);
+    const int joined = server->wait_for_actors(o.remote_actors, o.config.timeout);
+    if (joined < o.remote_actors) {
+      throw Timeout("learner process " + std::to_string(rank) + ": " + std::to_string(joined) +
+                        " of " + std::to_string(o.remote_actors) + " remote actors came to " +
+                        server->address() + " within " + std::to_string(o.config.timeout.count()) +
+                        " ms; start them with `replicator rl actor --learner " + server->address() +
+                        "`, or raise the timeout",
+                    "wait_for_actors", 0, o.config.timeout, {});
+    }
+  }
+#else
+  if (remote) throw ConfigError("this replicator was built without gRPC: no remote actors");
+#endif
   ActorThreads actors(rank * actor_threads, actor_threads, actor_options, store, queue, log,
                       counters);
   std::optional<rl::Actor> inline_actor;
@@ -212,7 +276,7 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
     result.replicas = R;
     result.local_replicas = L;
     result.processes = P;
-    result.actors = std::max(actor_threads, 1) * P;
+    result.actors = (synchronous ? 1 : actor_threads) * P + o.remote_actors * P;
     result.random_return = random_return;
     result.target_return = target;
 
@@ -304,7 +368,8 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
         if (reporter) {
           const rl::QueueStats q = queue.stats();
           const double lag = totals[2] > 0 ? totals[1] / totals[2] : 0;
-          char line[256];
+          char line[320];
+          nlohmann::ordered_json remote_metrics = nlohmann::ordered_json::object();
           std::snprintf(line, sizeof line,
                         "step %lld/%lld  frames %s/%s  %.0f frames/s  %.1f steps/s  return "
                         "%.1f  lag %.1f  queue %lld/%lld  ETA %s",
@@ -315,6 +380,27 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
                         mean_return, lag, static_cast<long long>(q.size),
                         static_cast<long long>(q.max_size),
                         clock_text(reporter->eta(elapsed)).c_str());
+#ifdef REPLICATOR_HAVE_GRPC
+          if (server) {
+            const rl::LearnerServerStats remote_stats = server->stats();
+            int streaming = 0;
+            nlohmann::ordered_json per_actor = nlohmann::ordered_json::array();
+            for (const rl::RemoteActorStats& a : remote_stats.actors) {
+              streaming += a.streaming ? 1 : 0;
+              per_actor.push_back({{"actor", a.actor},
+                                   {"frames_per_s", a.seconds > 0 ? a.frames / a.seconds : 0},
+                                   {"unrolls", a.unrolls},
+                                   {"reconnects", std::max(0, a.streams - 1)},
+                                   {"streaming", a.streaming}});
+            }
+            remote_metrics = {{"remote_actors", streaming},
+                              {"remote_unrolls", remote_stats.unrolls},
+                              {"remote", per_actor}};
+            const std::size_t used = std::strlen(line);
+            std::snprintf(line + used, sizeof line - used, "  remote %d/%zu", streaming,
+                          remote_stats.actors.size());
+          }
+#endif
           reporter->progress(line);
           nlohmann::ordered_json m = {
               {"type", "train"},
@@ -331,6 +417,7 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
               {"random_return", random_return}};
           if (!std::isnan(mean_return)) m["mean_return"] = mean_return;
           if (!std::isnan(target)) m["target_return"] = target;
+          for (const auto& [key, value] : remote_metrics.items()) m[key] = value;
           reporter->metric(m);
         }
         stopped = reached && o.stop_at_target;
@@ -376,10 +463,108 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
     if (std::exception_ptr error = actors.error()) std::rethrow_exception(error);
     throw;
   }
+#ifdef REPLICATOR_HAVE_GRPC
+  if (server) {
+    // Actors learn that the learner is done from their next poll and close their streams.
+    server->finish(std::chrono::seconds(5));
+    const rl::LearnerServerStats remote_stats = server->stats();
+    result.remote_unrolls = remote_stats.unrolls;
+    result.remote_after_finish = remote_stats.after_finish;
+    for (const rl::RemoteActorStats& a : remote_stats.actors) {
+      char line[512];
+      std::snprintf(line, sizeof line,
+                    "learner process %d: remote actor %d (%s): %lld unrolls, %lld frames, %lld "
+                    "episodes, %d streams (%d broken)",
+                    rank, a.actor, a.peer.c_str(), static_cast<long long>(a.unrolls),
+                    static_cast<long long>(a.frames), static_cast<long long>(a.episodes), a.streams,
+                    a.broken_streams);
+      result.remote_actor_lines.push_back(line);
+      std::fprintf(stderr, "%s\n", line);
+    }
+    std::fprintf(stderr,
+                 "learner process %d: %lld unrolls from remote actors learned or queued, %lld "
+                 "after the end, %lld malformed\n",
+                 rank, static_cast<long long>(remote_stats.unrolls),
+                 static_cast<long long>(remote_stats.after_finish),
+                 static_cast<long long>(remote_stats.rejected));
+  }
+#endif
   actors.stop();
   if (std::exception_ptr error = actors.error()) std::rethrow_exception(error);
 
   return result;
+}
+
+}  // namespace replicator::apps
+
+namespace replicator::apps {
+
+RemoteActorResult run_remote_actor(const RemoteActorOptions& o) {
+#ifndef REPLICATOR_HAVE_GRPC
+  (void)o;
+  throw ConfigError("this replicator was built without gRPC: no remote actors");
+#else
+  if (o.learners.empty()) throw InvalidArgument("rl actor: give the learner's host:port");
+  const auto n = static_cast<int>(o.learners.size());
+  const int pick = (o.id >= 0 ? o.id : static_cast<int>(::getpid())) % n;
+  rl::RemoteLearner learner(
+      {.address = o.learners[static_cast<std::size_t>(pick)], .actor = o.id, .timeout = o.timeout});
+  const rl::ActorAssignment& a = learner.assignment();
+  RemoteActorResult result;
+  result.actor = a.actor;
+  result.learner = o.learners[static_cast<std::size_t>(pick)];
+  result.env = a.env;
+  if (o.progress) {
+    std::fprintf(stderr,
+                 "actor %d: playing %s (%d environments, unrolls of %d steps) for learner "
+                 "process %d at %s\n",
+                 a.actor, a.env.c_str(), a.envs, a.unroll, a.learner_rank, result.learner.c_str());
+  }
+  at::set_num_threads(1);
+  rl::ParameterStore store;
+  // Two unrolls per environment: the actor plays on while the last ones are sent.
+  rl::TrajectoryQueue<rl::Unroll> queue({.max_size = 2 * std::int64_t{a.envs}});
+  rl::EpisodeLog log;
+  rl::ActorCounters counters;
+  ActorThreads actor(
+      a.actor, 1,
+      {.env = a.env, .envs = a.envs, .unroll = a.unroll, .hidden = a.hidden, .seed = a.seed}, store,
+      queue, log, counters);
+  std::size_t reported_episodes = 0;
+  std::int64_t reported_frames = 0;
+  const auto report = [&] {
+    rl::RemoteLearner::Report r;
+    for (const rl::EpisodeLog::Episode& e : log.since(reported_episodes, &reported_episodes)) {
+      r.episodes.emplace_back(e.episode_return, e.length);
+    }
+    const std::int64_t frames = counters.frames.load();
+    r.frames = frames - reported_frames;
+    reported_frames = frames;
+    return r;
+  };
+  const Clock::time_point started = Clock::now();
+  const std::atomic<bool> stop{false};
+  try {
+    learner.pump(store, queue, report, stop);
+  } catch (...) {
+    actor.stop();
+    throw;
+  }
+  actor.stop();
+  if (std::exception_ptr error = actor.error()) std::rethrow_exception(error);
+  const rl::RemoteActorCounts c = learner.counts();
+  result.frames = counters.frames.load();
+  result.episodes = static_cast<std::int64_t>(log.size());
+  std::size_t recent = 0;
+  result.mean_return = log.mean_return(100, &recent);
+  result.seconds = seconds_since(started);
+  result.sent = c.sent;
+  result.acknowledged = c.acknowledged;
+  result.lost = c.lost;
+  result.reconnects = c.reconnects;
+  result.versions = c.versions;
+  return result;
+#endif
 }
 
 }  // namespace replicator::apps

@@ -6,10 +6,12 @@
 // include it cheaply.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "replicator/config.h"
 
@@ -39,6 +41,12 @@ struct ImpalaOptions {
   double target_return = std::numeric_limits<double>::quiet_NaN();
   bool stop_at_target = false;
   std::int64_t queue_size = 0;  // unrolls per process's queue (0: one batch's worth)
+  // Remote actors (`replicator rl actor`, include/replicator/rl/remote.h): each learner process
+  // serves them on `listen` (host:port; with several processes, process r listens on port +
+  // r; port 0: a free one, printed) and waits for this many to say hello before it learns.
+  // With remote actors, `actors` -1 means no actor threads.
+  int remote_actors = 0;
+  std::string listen = "0.0.0.0:0";
   std::uint64_t seed = 0;
   std::filesystem::path out;          // metrics.jsonl, checkpoints, learning_curve.png
   std::filesystem::path tensorboard;  // TensorBoard log folder for the metrics (empty: none)
@@ -69,11 +77,45 @@ struct ImpalaResult {
   std::int64_t solved_frames = -1;  // frames when the mean return first reached the target
   double solved_seconds = -1;
   std::string digest;  // hash of the final parameters (equal on every replica; checked)
+  // Remote actors, this process's server: unrolls taken into its queue, and received after
+  // the end (counted, not learned from); one line per actor.
+  std::int64_t remote_unrolls = 0;
+  std::int64_t remote_after_finish = 0;
+  std::vector<std::string> remote_actor_lines;
 };
 
 // Runs the job. BLOCKS until done. Throws InvalidArgument (bad options: an unknown
 // environment, a batch not divisible by the replica count), DataError (checkpoint files),
 // Timeout (no unroll came within the collective timeout) and what collectives throw.
 ImpalaResult train_impala(const ImpalaOptions& options);
+
+// `replicator rl actor`: one actor in a process of its own, fed by a learner of the IMPALA
+// job over gRPC.
+struct RemoteActorOptions {
+  std::vector<std::string> learners;  // host:port of each learner process
+  int id = -1;  // the actor's id (it seeds its environments, picks learners[id % n]); -1: given
+  std::chrono::milliseconds timeout{30'000};  // how long the learner may stay unreachable
+  bool progress = true;
+};
+
+struct RemoteActorResult {
+  int actor = 0;
+  std::string learner;
+  std::string env;
+  std::int64_t frames = 0;
+  std::int64_t episodes = 0;
+  double mean_return = 0;  // of its newest 100 episodes (NaN: none)
+  double seconds = 0;
+  std::int64_t sent = 0;
+  std::int64_t acknowledged = 0;
+  std::int64_t lost = 0;
+  int reconnects = 0;
+  std::int64_t versions = 0;
+};
+
+// Plays until the learner finishes. BLOCKS. Throws PeerLost when the learner stays
+// unreachable past the timeout (naming it), InvalidArgument for a bad address or a learner
+// that refuses, and what the actor throws. Throws ConfigError when built without gRPC.
+RemoteActorResult run_remote_actor(const RemoteActorOptions& options);
 
 }  // namespace replicator::apps

@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# Remote actors (include/replicator/rl/remote.h) with real processes on loopback:
+# `replicator train impala --remote-actors N` and `replicator rl actor`.
+#
+#   remote_actors.sh BUILD_DIR CASE
+#
+# CASE: counts        1 learner + 2 actor processes learn CartPole; the learner's counts of
+#                     each actor's unrolls equal what each actor says the learner took.
+#       kill-actor    an actor SIGKILLed mid-stream: the learner goes on with the other, the
+#                     actor restarted with its id rejoins; nothing malformed arrives.
+#       kill-learner  the learner SIGKILLed: the actors exit non-zero within their timeout,
+#                     naming the learner.
+#       two-learners  a learner of 2 gloo processes x 1 replica fed by actors of both.
+# Exit 0 on success, 1 on failure.
+set -uo pipefail
+build="${1:?build dir}"
+case_name="${2:?case}"
+bin="$build/replicator"
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$work"/*.log; do
+    [[ -f $f ]] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }
+  done
+  exit 1
+}
+
+# addresses LOG N: waits (up to 60 s) until the learner's log names N addresses; prints them
+# by process, comma-separated.
+addresses() {
+  local log=$1 n=$2
+  for _ in $(seq 600); do
+    local found
+    found=$(sed -n 's/.*learner process \([0-9]*\): serving remote actors on \([^;]*\);.*/\1 \2/p' "$log" |
+      sort -n | awk '{print $2}' | paste -sd, -)
+    if [[ -n $found && $(tr ',' '\n' <<<"$found" | wc -l) -ge $n ]]; then
+      echo "$found"
+      return 0
+    fi
+    sleep 0.1
+  done
+  fail "the learner did not name $n addresses"
+}
+
+# wait_for LOG PATTERN: waits (up to 60 s) for a line of LOG matching PATTERN.
+wait_for() {
+  for _ in $(seq 600); do
+    grep -q "$2" "$1" && return 0
+    sleep 0.1
+  done
+  fail "no line '$2' in $1"
+}
+
+# actor NAME ARGS...: starts an actor in the background, its log in $work/NAME.log; $last_pid
+# is the actor's own process (no wrapper: the tests kill it). ctest's timeout bounds the case.
+actor() {
+  local name=$1
+  shift
+  "$bin" rl actor "$@" --json > "$work/$name.json" 2> "$work/$name.log" &
+  pids+=($!)
+  last_pid=$!
+}
+
+# the unrolls the learner counted for actor ID (its log line).
+learner_count() {
+  sed -n "s/.*remote actor $2 ([^)]*): \([0-9]*\) unrolls.*/\1/p" "$1" | head -1
+}
+json_field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
+
+learner_flags=(--env cartpole --listen 127.0.0.1:0 --no-progress --report-every 50)
+
+case "$case_name" in
+  counts)
+    "$bin" train impala "${learner_flags[@]}" --remote-actors 2 --frames 200000 \
+      --json > "$work/learner.json" 2> "$work/learner.log" &
+    learner=$!
+    pids+=($learner)
+    address=$(addresses "$work/learner.log" 1)
+    actor a1 --learner "$address" --id 1
+    a1=$last_pid
+    actor a2 --learner "$address" --id 2
+    a2=$last_pid
+    wait "$learner" || fail "the learner failed"
+    wait "$a1" || fail "actor 1 failed"
+    wait "$a2" || fail "actor 2 failed"
+    total=0
+    for id in 1 2; do
+      acknowledged=$(json_field "$work/a$id.json" acknowledged)
+      lost=$(json_field "$work/a$id.json" lost)
+      counted=$(learner_count "$work/learner.log" "$id")
+      [[ $acknowledged == "$counted" ]] ||
+        fail "actor $id says the learner took $acknowledged unrolls, the learner counts $counted"
+      [[ $lost == 0 ]] || fail "actor $id lost $lost unrolls on a clean run"
+      (( acknowledged > 0 )) || fail "actor $id sent nothing"
+      total=$(( total + acknowledged ))
+    done
+    queued=$(json_field "$work/learner.json" remote_unrolls)
+    after=$(json_field "$work/learner.json" remote_after_finish)
+    (( queued + after == total )) ||
+      fail "the learner took $queued + $after unrolls, the actors say $total"
+    steps=$(json_field "$work/learner.json" steps)
+    (( steps == 313 )) || fail "the learner made $steps steps, not 313"
+    echo "1 learner + 2 actor processes: $total unrolls, each actor's count equal on both sides"
+    ;;
+  kill-actor)
+    "$bin" train impala "${learner_flags[@]}" --remote-actors 2 --frames 1500000 \
+      --json > "$work/learner.json" 2> "$work/learner.log" &
+    learner=$!
+    pids+=($learner)
+    address=$(addresses "$work/learner.log" 1)
+    actor a1 --learner "$address" --id 1
+    a1=$last_pid
+    actor a2 --learner "$address" --id 2
+    a2=$last_pid
+    # Killed once both stream unrolls (the progress line counts the actors streaming).
+    wait_for "$work/learner.log" 'remote 2/2'
+    kill -9 "$a1"
+    wait "$a1" 2>/dev/null
+    sleep 1
+    kill -0 "$learner" 2>/dev/null || fail "the learner ended when an actor was killed"
+    actor a1-again --learner "$address" --id 1
+    again=$last_pid
+    wait "$learner" || fail "the learner failed after an actor was killed"
+    wait "$a2" || fail "actor 2 failed"
+    wait "$again" || fail "the restarted actor failed"
+    grep -q 'remote actor 1 ([^)]*): [0-9]* unrolls, .*, 2 streams (1 broken)' "$work/learner.log" ||
+      fail "the learner does not show actor 1's broken stream and its second one"
+    grep -q ' 0 malformed' "$work/learner.log" || fail "malformed unrolls arrived"
+    acknowledged=$(json_field "$work/a1-again.json" acknowledged)
+    versions=$(json_field "$work/a1-again.json" versions)
+    (( acknowledged > 0 && versions > 0 )) ||
+      fail "the restarted actor was not fed ($versions versions) or sent nothing ($acknowledged)"
+    steps=$(json_field "$work/learner.json" steps)
+    (( steps == 2344 )) || fail "the learner made $steps steps, not 2344"
+    echo "an actor killed mid-stream: the learner went on; restarted, it sent $acknowledged unrolls"
+    ;;
+  kill-learner)
+    "$bin" train impala "${learner_flags[@]}" --remote-actors 2 --frames 100000000 \
+      > /dev/null 2> "$work/learner.log" &
+    learner=$!
+    pids+=($learner)
+    address=$(addresses "$work/learner.log" 1)
+    actor a1 --learner "$address" --id 1 --learner-timeout 3s
+    a1=$last_pid
+    actor a2 --learner "$address" --id 2 --learner-timeout 3s
+    a2=$last_pid
+    wait_for "$work/learner.log" 'remote 2/2'
+    kill -9 "$learner"
+    start=$(date +%s)
+    for p in "$a1" "$a2"; do
+      wait "$p" && fail "an actor exited 0 after its learner was killed"
+    done
+    took=$(( $(date +%s) - start ))
+    (( took <= 15 )) || fail "the actors took $took s to give up after a 3 s timeout"
+    for name in a1 a2; do
+      grep -q "the learner at $address did not answer for 3000 ms" "$work/$name.log" ||
+        fail "$name does not name the learner"
+    done
+    echo "learner killed: both actors exited non-zero after $took s: $(grep -m1 error "$work/a1.log")"
+    ;;
+  two-learners)
+    "$bin" launch -n 2 -- "$bin" train impala "${learner_flags[@]}" --engine gloo \
+      --remote-actors 1 --frames 100000 --json > "$work/learner.json" 2> "$work/learner.log" &
+    learner=$!
+    pids+=($learner)
+    list=$(addresses "$work/learner.log" 2)
+    actor a0 --learner "$list" --id 0
+    a0=$last_pid
+    actor a1 --learner "$list" --id 1
+    a1=$last_pid
+    wait "$learner" || fail "the learner failed"
+    wait "$a0" || fail "actor 0 failed"
+    wait "$a1" || fail "actor 1 failed"
+    for id in 0 1; do
+      grep -q "learner process $id: remote actor $id (" "$work/learner.log" ||
+        fail "actor $id did not feed learner process $id"
+      acknowledged=$(json_field "$work/a$id.json" acknowledged)
+      counted=$(sed -n "s/.*learner process $id: remote actor $id ([^)]*): \([0-9]*\) unrolls.*/\1/p" \
+        "$work/learner.log")
+      [[ $acknowledged == "$counted" ]] ||
+        fail "actor $id says $acknowledged unrolls, learner process $id counts $counted"
+    done
+    echo "2 learner processes (gloo), each fed by its own actor process"
+    ;;
+  *)
+    fail "unknown case $case_name"
+    ;;
+esac
