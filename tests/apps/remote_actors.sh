@@ -75,17 +75,25 @@ json_field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[s
 
 learner_flags=(--env cartpole --listen 127.0.0.1:0 --no-progress --report-every 50)
 
+# learner_and_actors ARGS...: starts the learner with ARGS (its log and JSON in $work/learner.*,
+# its pid in $learner), waits for its address ($address) and starts actors a1 and a2 ($a1, $a2)
+# with ACTOR_FLAGS.
+learner_and_actors() {
+  "$bin" train impala "${learner_flags[@]}" --remote-actors 2 "$@" \
+    > "$work/learner.json" 2> "$work/learner.log" &
+  learner=$!
+  pids+=($learner)
+  address=$(addresses "$work/learner.log" 1)
+  actor a1 --learner "$address" --id 1 "${actor_flags[@]}"
+  a1=$last_pid
+  actor a2 --learner "$address" --id 2 "${actor_flags[@]}"
+  a2=$last_pid
+}
+actor_flags=()
+
 case "$case_name" in
   counts)
-    "$bin" train impala "${learner_flags[@]}" --remote-actors 2 --frames 200000 \
-      --json > "$work/learner.json" 2> "$work/learner.log" &
-    learner=$!
-    pids+=($learner)
-    address=$(addresses "$work/learner.log" 1)
-    actor a1 --learner "$address" --id 1
-    a1=$last_pid
-    actor a2 --learner "$address" --id 2
-    a2=$last_pid
+    learner_and_actors --frames 200000 --json
     wait "$learner" || fail "the learner failed"
     wait "$a1" || fail "actor 1 failed"
     wait "$a2" || fail "actor 2 failed"
@@ -109,15 +117,7 @@ case "$case_name" in
     echo "1 learner + 2 actor processes: $total unrolls, each actor's count equal on both sides"
     ;;
   kill-actor)
-    "$bin" train impala "${learner_flags[@]}" --remote-actors 2 --frames 1500000 \
-      --json > "$work/learner.json" 2> "$work/learner.log" &
-    learner=$!
-    pids+=($learner)
-    address=$(addresses "$work/learner.log" 1)
-    actor a1 --learner "$address" --id 1
-    a1=$last_pid
-    actor a2 --learner "$address" --id 2
-    a2=$last_pid
+    learner_and_actors --frames 1500000 --json
     # Killed once both stream unrolls (the progress line counts the actors streaming).
     wait_for "$work/learner.log" 'remote 2/2'
     kill -9 "$a1"
@@ -141,15 +141,8 @@ case "$case_name" in
     echo "an actor killed mid-stream: the learner went on; restarted, it sent $acknowledged unrolls"
     ;;
   kill-learner)
-    "$bin" train impala "${learner_flags[@]}" --remote-actors 2 --frames 100000000 \
-      > /dev/null 2> "$work/learner.log" &
-    learner=$!
-    pids+=($learner)
-    address=$(addresses "$work/learner.log" 1)
-    actor a1 --learner "$address" --id 1 --learner-timeout 3s
-    a1=$last_pid
-    actor a2 --learner "$address" --id 2 --learner-timeout 3s
-    a2=$last_pid
+    actor_flags=(--learner-timeout 3s)
+    learner_and_actors --frames 100000000
     wait_for "$work/learner.log" 'remote 2/2'
     kill -9 "$learner"
     start=$(date +%s)
