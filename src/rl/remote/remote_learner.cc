@@ -182,7 +182,8 @@ class RemoteLearner::Impl {
                               " are not a whole number of floats",
                           options_.address);
         }
-        // A restarted learner starts again from its checkpoint's version: take it.
+        // Versions only go up here: a learner restarted from an older checkpoint feeds this
+        // actor again once its versions pass the ones the actor has.
         if (snapshot->version > store.version()) store.publish(std::move(snapshot));
         have = reply.version();
         std::lock_guard lock(mu_);
