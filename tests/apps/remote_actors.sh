@@ -11,7 +11,10 @@
 #       kill-learner  the learner SIGKILLed: the actors exit non-zero within their timeout,
 #                     naming the learner.
 #       two-learners  a learner of 2 gloo processes x 1 replica fed by actors of both.
-# Exit 0 on success, 1 on failure.
+#       two-hosts     the learner in one network namespace, 2 actors in another
+#                     (tests/engines/netns.sh): CartPole solved. 77 where namespaces cannot
+#                     be made.
+# Exit 0 on success, 1 on failure, 77 when the case cannot run here (ctest: skipped).
 set -uo pipefail
 build="${1:?build dir}"
 case_name="${2:?case}"
@@ -19,6 +22,9 @@ bin="$build/replicator"
 work=$(mktemp -d)
 pids=()
 cleanup() {
+  # SIGTERM first: `replicator launch` passes it on to its processes.
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  sleep 0.5
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
   rm -rf "$work"
 }
@@ -180,6 +186,27 @@ case "$case_name" in
         fail "actor $id says $acknowledged unrolls, learner process $id counts $counted"
     done
     echo "2 learner processes (gloo), each fed by its own actor process"
+    ;;
+  two-hosts)
+    netns_cleanup_extra() { cleanup; }
+    source "$(dirname "$0")/../engines/netns.sh"
+    ip netns exec "$ns_a" "$bin" train impala --env cartpole --remote-actors 2 \
+      --listen "$addr_a:7000" --no-progress --report-every 50 --frames 5000000 --stop-at-target \
+      --json > "$work/learner.json" 2> "$work/learner.log" &
+    learner=$!
+    pids+=($learner)
+    for id in 1 2; do
+      ip netns exec "$ns_b" "$bin" rl actor --learner "$addr_a:7000" --id $id --json \
+        > "$work/a$id.json" 2> "$work/a$id.log" &
+      pids+=($!)
+    done
+    wait "$learner" || fail "the learner failed"
+    solved=$(json_field "$work/learner.json" solved_frames)
+    (( solved > 0 )) || fail "CartPole not solved across the namespaces"
+    grep -q "remote actor 1 (.*): [1-9][0-9]* unrolls" "$work/learner.log" &&
+      grep -q "remote actor 2 (.*): [1-9][0-9]* unrolls" "$work/learner.log" ||
+      fail "an actor in the other namespace sent nothing"
+    echo "learner at $addr_a, actors at $addr_b: CartPole solved after $solved frames"
     ;;
   *)
     fail "unknown case $case_name"
