@@ -93,8 +93,13 @@ Command add_train_impala(CLI::App& train) {
       {.out = "metrics.jsonl, checkpoint-<step>.pt and learning_curve.png",
        .checkpoint_every = "Learner steps between checkpoints (one is always written at the end)"});
   app->add_option("--env", o.env,
-                  "cartpole, breakout, space_invaders, freeway, asterix or seaquest")
+                  "cartpole, breakout, space_invaders, freeway, asterix, seaquest, or "
+                  "gym:<gymnasium id> (e.g. gym:ALE/Pong-v5) stepped in --env-servers")
       ->capture_default_str();
+  app->add_option("--env-servers", o.env_servers,
+                  "host:port of the env servers (python/env_server.py) for a gym: environment; "
+                  "actor a uses the (a mod n)-th")
+      ->delimiter(',');
   app->add_option("--actors", o.actors,
                   "Actor threads per process (default: one per core the process's learner "
                   "replicas leave, at least 1; with several processes on a host, give it); 0: "

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -48,13 +49,43 @@ double seconds_since(Clock::time_point t) {
 
 // The environment's own "solved" threshold, where it has one.
 double default_target(const std::string& env) {
-  return env == "cartpole" ? 475.0 : std::numeric_limits<double>::quiet_NaN();
+  return env == "cartpole" || env == "gym:CartPole-v1" ? 475.0
+                                                       : std::numeric_limits<double>::quiet_NaN();
+}
+
+// Where actor `actor`'s M environments come from: empty for the C++ ones (make_env by name);
+// for "gym:<id>", an env server of `servers` (actor % n). Throws InvalidArgument for a "gym:"
+// environment without servers, ConfigError when built without gRPC.
+using EnvSource =
+    std::function<std::unique_ptr<rl::BatchedEnv>(int actor, int num_envs, std::uint64_t seed)>;
+EnvSource env_source(const std::string& env, const std::vector<std::string>& servers) {
+  if (!env.starts_with("gym:")) return {};
+#ifdef REPLICATOR_HAVE_GRPC
+  if (servers.empty()) {
+    throw InvalidArgument("--env " + env +
+                          " lives in an env server: start python/env_server.py and give its "
+                          "address with --env-servers HOST:PORT[,...]");
+  }
+  return [id = env.substr(4), servers](int actor, int num_envs, std::uint64_t seed) {
+    return rl::make_remote_env(servers[static_cast<std::size_t>(actor) % servers.size()], id,
+                               num_envs, seed);
+  };
+#else
+  (void)servers;
+  throw ConfigError("this replicator was built without gRPC: no env servers");
+#endif
+}
+
+std::unique_ptr<rl::BatchedEnv> make_job_env(const EnvSource& source, const std::string& env,
+                                             int actor, int num_envs, std::uint64_t seed) {
+  return source ? source(actor, num_envs, seed) : rl::make_env(env, num_envs, seed);
 }
 
 // The mean return of a uniform random policy over `episodes` episodes (16 environments at
 // once): the floor a learning curve is read against.
-double random_policy_return(const std::string& env, int episodes, std::uint64_t seed) {
-  const std::unique_ptr<rl::BatchedEnv> batch = rl::make_env(env, 16, seed ^ 0x5eedULL);
+double random_policy_return(const EnvSource& source, const std::string& env, int episodes,
+                            std::uint64_t seed) {
+  const std::unique_ptr<rl::BatchedEnv> batch = make_job_env(source, env, 0, 16, seed ^ 0x5eedULL);
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<std::int32_t> action(0, batch->num_actions() - 1);
   std::vector<std::int32_t> actions(16);
@@ -174,7 +205,8 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
   }
   at::set_num_threads(o.threads);
   // Checks the environment's name before anything starts.
-  const std::unique_ptr<rl::BatchedEnv> probe = rl::make_env(o.env, 1, o.seed);
+  const EnvSource source = env_source(o.env, o.env_servers);
+  const std::unique_ptr<rl::BatchedEnv> probe = make_job_env(source, o.env, 0, 1, o.seed);
   const std::vector<int> shape = probe->observation_shape();
   const int num_actions = probe->num_actions();
 
@@ -203,7 +235,8 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
   const std::int64_t frames_per_step = static_cast<std::int64_t>(o.batch) * o.unroll;
   const std::int64_t total_steps = (o.frames + frames_per_step - 1) / frames_per_step;
   const double target = std::isnan(o.target_return) ? default_target(o.env) : o.target_return;
-  const double random_return = random_policy_return(o.env, 100, o.seed);
+  // Episodes in an env server (Atari's) are long: fewer of them.
+  const double random_return = random_policy_return(source, o.env, source ? 16 : 100, o.seed);
 
   // This process's actors and queue.
   rl::ParameterStore store;
@@ -219,7 +252,8 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
                                        .unroll = o.unroll,
                                        .hidden = o.hidden,
                                        .seed = o.seed,
-                                       .insert_timeout = std::nullopt};
+                                       .insert_timeout = std::nullopt,
+                                       .make_env = source};
   const rl::LearnerOptions learner_options{
       .learning_rate = o.learning_rate,
       .max_grad_norm = o.max_grad_norm,
@@ -241,7 +275,8 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
                      .seed = o.seed,
                      .learner_rank = rank,
                      .observation_size = probe->observation_size(),
-                     .num_actions = num_actions},
+                     .num_actions = num_actions,
+                     .env_servers = o.env_servers},
             .next_actor = 10000 * (rank + 1),
             .on_episode =
                 [&](double episode_return, std::int32_t length) {
@@ -526,10 +561,14 @@ RemoteActorResult run_remote_actor(const RemoteActorOptions& o) {
   rl::TrajectoryQueue<rl::Unroll> queue({.max_size = 2 * std::int64_t{a.envs}});
   rl::EpisodeLog log;
   rl::ActorCounters counters;
-  ActorThreads actor(
-      a.actor, 1,
-      {.env = a.env, .envs = a.envs, .unroll = a.unroll, .hidden = a.hidden, .seed = a.seed}, store,
-      queue, log, counters);
+  ActorThreads actor(a.actor, 1,
+                     {.env = a.env,
+                      .envs = a.envs,
+                      .unroll = a.unroll,
+                      .hidden = a.hidden,
+                      .seed = a.seed,
+                      .make_env = env_source(a.env, a.env_servers)},
+                     store, queue, log, counters);
   std::size_t reported_episodes = 0;
   std::int64_t reported_frames = 0;
   const auto report = [&] {

@@ -19,7 +19,11 @@ namespace replicator::apps {
 
 struct ImpalaOptions {
   Config config;  // engine and local (learner) replicas of the job
+  // cartpole, a MinAtar game, or gym:<gymnasium id> stepped in env servers (below).
   std::string env = "cartpole";
+  // host:port of the env servers (python/env_server.py) a "gym:" environment lives in; actor
+  // a uses env_servers[a % n].
+  std::vector<std::string> env_servers;
   // Actor threads per process; 0: play and learn on one thread; -1: one per core that this
   // process's learner replicas leave (hardware_concurrency − local replicas, at least 1), so
   // that actors and learners do not take turns on a core.

@@ -33,6 +33,10 @@ class ToImage : public nn::ModuleHolder<ToImageImpl> {
 
 }  // namespace
 
+// Images at least this tall and wide (Atari's 84 x 84) get the shallow network: the MinAtar
+// network's full-resolution layer would have millions of weights there.
+constexpr int kAtariSide = 36;
+
 PolicyNetImpl::PolicyNetImpl(std::vector<int> observation_shape, int num_actions, int hidden)
     : shape_(std::move(observation_shape)), num_actions_(num_actions) {
   if (num_actions < 1 || hidden < 1) {
@@ -45,6 +49,14 @@ PolicyNetImpl::PolicyNetImpl(std::vector<int> observation_shape, int num_actions
   if (shape_.size() == 1) {
     torso_ = nn::Sequential(nn::Linear(shape_[0], hidden), nn::Tanh(), nn::Linear(hidden, hidden),
                             nn::Tanh());
+  } else if (shape_.size() == 3 && shape_[0] >= kAtariSide && shape_[1] >= kAtariSide) {
+    // The IMPALA paper's shallow network (Mnih et al. 2013's, with `hidden` units).
+    const int c = shape_[2];
+    const auto out = [](int side) { return ((side - 8) / 4 + 1 - 4) / 2 + 1; };
+    torso_ = nn::Sequential(
+        ToImage(shape_[0], shape_[1], c), nn::Conv2d(nn::Conv2dOptions(c, 16, 8).stride(4)),
+        nn::ReLU(), nn::Conv2d(nn::Conv2dOptions(16, 32, 4).stride(2)), nn::ReLU(), nn::Flatten(),
+        nn::Linear(32 * out(shape_[0]) * out(shape_[1]), hidden), nn::ReLU());
   } else if (shape_.size() == 3 && shape_[0] >= 3 && shape_[1] >= 3) {
     const int h = shape_[0];
     const int w = shape_[1];

@@ -4,8 +4,11 @@
 // For a vector observation (CartPole: 4 floats) a two-layer perceptron, `hidden` units
 // each, tanh; for an image observation H × W × C, channels last (MinAtar: 10 × 10 × C) the
 // MinAtar paper's network: a 3 × 3 convolution with 16 filters (stride 1, no padding),
-// ReLU, a fully connected layer of `hidden` units, ReLU. Both end in two linear heads: the
-// policy's logits over the actions and the value.
+// ReLU, a fully connected layer of `hidden` units, ReLU; for an image at least 36 × 36 (Atari:
+// 84 × 84 × 4 stacked frames) the IMPALA paper's shallow network: 8 × 8 convolution with 16
+// filters at stride 4, ReLU, 4 × 4 with 32 at stride 2, ReLU, `hidden` units (256 in the
+// paper), ReLU. All end in two linear heads: the policy's logits over the actions and the
+// value.
 #pragma once
 
 #include <torch/nn/module.h>

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "replicator/rl/env.h"
 #include "replicator/rl/parameter_store.h"
 #include "replicator/rl/trajectory_queue.h"
 #include "replicator/rl/unroll.h"
@@ -42,6 +43,9 @@ struct ActorAssignment {
   int learner_rank = 0;
   int observation_size = 0;
   int num_actions = 0;
+  // For "gym:<id>" environments: the env servers (host:port) the actor's environments live
+  // in (make_remote_env); empty otherwise.
+  std::vector<std::string> env_servers;
 };
 
 struct LearnerServerOptions {
@@ -163,5 +167,18 @@ class RemoteLearner {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// A batch of `num_envs` environments living in an environment server at `address`
+// (python/env_server.py, PolyBeast's model), with the batched environments' contract (env.h):
+// gymnasium id `env` ("CartPole-v1", "ALE/Pong-v5" with Atari's standard preprocessing), env
+// i seeded seed + i, already reset; name() is "gym:" + env. Images arrive as bytes and become
+// floats in [0, 1]. Unlike the C++ environments, reset() and step() BLOCK for one call each,
+// with deadline `timeout`, and throw PeerLost naming the server when it fails or is gone.
+// Waits up to `timeout` for the server to answer at first. Throws InvalidArgument for an
+// address without a port or an id the server cannot make, PeerLost for a server that does
+// not answer, DataError for a malformed reply.
+std::unique_ptr<BatchedEnv> make_remote_env(
+    const std::string& address, const std::string& env, int num_envs, std::uint64_t seed,
+    std::chrono::milliseconds timeout = std::chrono::milliseconds(60'000));
 
 }  // namespace replicator::rl

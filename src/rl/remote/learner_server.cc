@@ -108,6 +108,7 @@ class LearnerServer::Impl final : public remote::Learner::Service {
     reply->set_learner_rank(a.learner_rank);
     reply->set_observation_size(a.observation_size);
     reply->set_num_actions(a.num_actions);
+    for (const std::string& server : a.env_servers) reply->add_env_servers(server);
     return grpc::Status::OK;
   }
 

@@ -133,15 +133,17 @@ class RemoteLearner::Impl {
       remote::HelloReply reply;
       const grpc::Status status = stub_->Hello(&context, request, &reply);
       if (status.ok()) {
-        assignment_ = ActorAssignment{.actor = reply.actor(),
-                                      .env = reply.env(),
-                                      .envs = reply.envs(),
-                                      .unroll = reply.unroll(),
-                                      .hidden = reply.hidden(),
-                                      .seed = reply.seed(),
-                                      .learner_rank = reply.learner_rank(),
-                                      .observation_size = reply.observation_size(),
-                                      .num_actions = reply.num_actions()};
+        assignment_ = ActorAssignment{
+            .actor = reply.actor(),
+            .env = reply.env(),
+            .envs = reply.envs(),
+            .unroll = reply.unroll(),
+            .hidden = reply.hidden(),
+            .seed = reply.seed(),
+            .learner_rank = reply.learner_rank(),
+            .observation_size = reply.observation_size(),
+            .num_actions = reply.num_actions(),
+            .env_servers = {reply.env_servers().begin(), reply.env_servers().end()}};
         return;
       }
       if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||

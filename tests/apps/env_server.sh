@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Environments in an env server (python/env_server.py, make_remote_env): the IMPALA job on
+# gymnasium's CartPole-v1 stepped over gRPC, by actor threads and by a remote actor that takes
+# the env servers from its learner; Atari (Pong, with the standard preprocessing and the
+# shallow network) for a few steps; the env server killed mid-run: the job fails naming it.
+#
+#   env_server.sh BUILD_DIR PYTHON
+# Exit 0 on success, 1 on failure, 77 without the virtual environment (gymnasium, grpcio).
+set -uo pipefail
+build="${1:?build dir}"
+python="${2:?python}"
+bin="$build/replicator"
+server_py="$(cd "$(dirname "$0")/../.." && pwd)/python/env_server.py"
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$work"/*.log; do
+    [[ -f $f ]] && { echo "--- $f" >&2; tail -n 15 "$f" >&2; }
+  done
+  exit 1
+}
+if ! "$python" -c "import gymnasium, grpc" 2>/dev/null; then
+  echo "skipped: $python lacks gymnasium or grpcio (scripts/install_deps.sh installs them)" >&2
+  exit 77
+fi
+json_field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
+
+# start_server NAME: an env server in the background ($server_pid), its address in $address.
+start_server() {
+  "$python" "$server_py" --port 0 2> "$work/$1.log" &
+  server_pid=$!
+  pids+=($server_pid)
+  for _ in $(seq 300); do
+    address=$(sed -n 's/^env server listening on //p' "$work/$1.log")
+    [[ -n $address ]] && return 0
+    kill -0 "$server_pid" 2>/dev/null || fail "the env server did not start"
+    sleep 0.1
+  done
+  fail "the env server named no address"
+}
+
+start_server server
+flags=(--no-progress --report-every 20 --json)
+
+# Actor threads.
+"$bin" train impala --env gym:CartPole-v1 --env-servers "$address" --actors 1 --frames 64000 \
+  "${flags[@]}" > "$work/threads.json" 2> "$work/threads.log" || fail "the job on gym:CartPole-v1 failed"
+[[ $(json_field "$work/threads.json" steps) == 100 ]] || fail "not 100 learner steps"
+(( $(json_field "$work/threads.json" episodes) > 0 )) || fail "no episode reported"
+grep -q "env server: session [0-9]*: 16 x CartPole-v1, observations (4,)" "$work/server.log" ||
+  fail "the env server made no session of 16 CartPole-v1"
+echo "actor threads on gym:CartPole-v1: $(json_field "$work/threads.json" episodes) episodes"
+
+# A remote actor: the environment and its servers come from the learner.
+"$bin" train impala --env gym:CartPole-v1 --env-servers "$address" --remote-actors 1 \
+  --listen 127.0.0.1:0 --frames 32000 "${flags[@]}" > "$work/learner.json" 2> "$work/learner.log" &
+learner=$!
+pids+=($learner)
+for _ in $(seq 600); do
+  listen=$(sed -n 's/.*serving remote actors on \([^;]*\);.*/\1/p' "$work/learner.log")
+  [[ -n $listen ]] && break
+  sleep 0.1
+done
+[[ -n $listen ]] || fail "the learner named no address"
+"$bin" rl actor --learner "$listen" --id 3 --json > "$work/actor.json" 2> "$work/actor.log" ||
+  fail "the remote actor failed"
+wait "$learner" || fail "the learner failed"
+(( $(json_field "$work/actor.json" acknowledged) > 0 )) || fail "the remote actor sent nothing"
+grep -q "actor 3: playing gym:CartPole-v1" "$work/actor.log" || fail "the actor did not play gym:CartPole-v1"
+echo "a remote actor on gym:CartPole-v1 through the learner's env servers"
+
+# Atari, where ale-py and OpenCV are there.
+if "$python" -c "import ale_py, cv2" 2>/dev/null; then
+  "$bin" train impala --env gym:ALE/Pong-v5 --env-servers "$address" --actors 1 \
+    --envs-per-actor 2 --batch 2 --hidden 32 --frames 400 "${flags[@]}" \
+    > "$work/pong.json" 2> "$work/pong.log" || fail "the job on gym:ALE/Pong-v5 failed"
+  grep -q "2 x ALE/Pong-v5, observations (84, 84, 4)" "$work/server.log" ||
+    fail "no session of Pong with 84 x 84 x 4 observations"
+  echo "gym:ALE/Pong-v5: $(json_field "$work/pong.json" steps) learner steps on 84 x 84 x 4 frames"
+else
+  echo "no ale-py or OpenCV here: Atari not checked"
+fi
+
+# The env server killed mid-run: the job ends non-zero, naming it.
+"$bin" train impala --env gym:CartPole-v1 --env-servers "$address" --actors 1 \
+  --frames 100000000 "${flags[@]}" > /dev/null 2> "$work/killed.log" &
+job=$!
+pids+=($job)
+for _ in $(seq 600); do
+  grep -q '^step ' "$work/killed.log" && break
+  sleep 0.1
+done
+kill -9 "$server_pid"
+start=$SECONDS
+wait "$job" && fail "the job went on without its env server"
+(( SECONDS - start < 60 )) || fail "the job took $((SECONDS - start)) s to end"
+grep -q "the env server at $address failed a step" "$work/killed.log" ||
+  fail "the job's error does not name the env server"
+echo "env server killed: the job ended, naming it: $(grep -m1 'env server at' "$work/killed.log")"
