@@ -86,6 +86,9 @@ TEST(RemoteLearner, UnrollsArriveWholeInOrderAndCountedOnBothSides) {
     for (int i = 0; i < kUnrolls; ++i) local_queue.insert(make_unroll(1, i));
   });
   std::atomic<bool> stop{false};
+  // What the actor reported with its messages (a message carries one or more unrolls).
+  std::atomic<std::int64_t> frames_reported{0};
+  std::atomic<int> episodes_reported{0};
   std::thread pump([&] {
     int calls = 0;
     actor.pump(
@@ -93,7 +96,11 @@ TEST(RemoteLearner, UnrollsArriveWholeInOrderAndCountedOnBothSides) {
         [&] {
           RemoteLearner::Report r;
           r.frames = 3;
-          if (++calls % 10 == 0) r.episodes.emplace_back(10.0, 10);
+          frames_reported += 3;
+          if (++calls % 3 == 0) {
+            r.episodes.emplace_back(10.0, 10);
+            ++episodes_reported;
+          }
           return r;
         },
         stop);
@@ -127,8 +134,9 @@ TEST(RemoteLearner, UnrollsArriveWholeInOrderAndCountedOnBothSides) {
   ASSERT_EQ(stats.actors.size(), 1u);
   EXPECT_EQ(stats.actors[0].unrolls, kUnrolls);
   EXPECT_EQ(stats.actors[0].broken_streams, 0);
-  EXPECT_EQ(learner.frames.load(), 3 * kUnrolls);
-  EXPECT_EQ(learner.episodes.load(), kUnrolls / 10);
+  EXPECT_EQ(learner.frames.load(), frames_reported.load());
+  EXPECT_EQ(learner.episodes.load(), episodes_reported.load());
+  EXPECT_GT(frames_reported.load(), 0);
   EXPECT_EQ(stats.rejected, 0);
 }
 

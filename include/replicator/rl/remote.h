@@ -6,12 +6,13 @@
 // local TrajectoryQueue to the learner, so that the same rl::Actor plays in a thread of the
 // learner or in a process of its own: one actor, two ways to reach the queue.
 //
-// - Flow control: the server takes the next unroll of a stream only once the one before is
-//   in its queue; a full queue pushes back on the stream and, through the actor's local
-//   queue, on the actor.
-// - An unroll is one message: it is inserted whole or not at all, never twice (nothing is
-//   re-sent). An actor that dies loses the unrolls in flight; the learner goes on with the
-//   others. A restarted actor says hello again and is fed the newest parameters.
+// - Flow control: an actor sends the unrolls it has ready in one message and keeps at most
+//   16 unanswered; the server answers a message once its unrolls are in its queue. A full
+//   queue pushes back on the stream and, through the actor's local queue, on the actor.
+// - A message's unrolls are all checked before any is inserted; an unroll goes in whole or
+//   not at all, never twice (nothing is re-sent). An actor that dies loses the unrolls in flight;
+//   the learner goes on with the others. A restarted actor says hello again and is fed the newest
+//   parameters.
 // - Every call has a deadline. An actor that cannot reach its learner retries with backoff
 //   and, past its timeout, throws PeerLost naming the learner's address.
 // No LibTorch: parameters travel as the flat floats ParameterStore holds.

@@ -129,23 +129,20 @@ class LearnerServer::Impl final : public remote::Learner::Service {
         read_all = true;
         break;
       }
-      Unroll unroll;
+      // Every unroll of a message is checked before any goes in.
+      std::vector<Unroll> unrolls;
       try {
-        unroll = remote_wire::from_message(request.unroll());
-      } catch (const DataError& e) {
+        for (const remote::Unroll& m : request.unrolls()) {
+          unrolls.push_back(remote_wire::from_message(m));
+          check_shape(unrolls.back());
+        }
+      } catch (const Error& e) {
         status = {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
         break;
       }
-      const ActorAssignment& p = options_.play;
-      if (unroll.observation_size != p.observation_size || unroll.num_actions != p.num_actions) {
-        status = {grpc::StatusCode::INVALID_ARGUMENT,
-                  "an unroll of observations of " + std::to_string(unroll.observation_size) +
-                      " floats and " + std::to_string(unroll.num_actions) +
-                      " actions; this learner plays " + p.env};
-        break;
-      }
+      if (unrolls.empty()) continue;
       if (actor < 0) {
-        actor = unroll.actor;
+        actor = unrolls.front().actor;
         std::lock_guard lock(mu_);
         Known& known = actors_[actor];
         known.stats.actor = actor;
@@ -156,24 +153,30 @@ class LearnerServer::Impl final : public remote::Learner::Service {
         if (options_.on_episode) options_.on_episode(e.episode_return(), e.length());
       }
       if (options_.on_frames && request.frames() > 0) options_.on_frames(request.frames());
-      const bool queued = put(std::move(unroll), context);
-      if (context->IsCancelled()) break;
-      ++accepted;
-      {
+      std::int64_t queued = 0;
+      std::int64_t taken = 0;
+      for (Unroll& unroll : unrolls) {
+        const bool in_queue = put(std::move(unroll), context);
+        if (context->IsCancelled()) break;
+        ++taken;
+        queued += in_queue ? 1 : 0;
+      }
+      accepted += taken;
+      if (taken > 0) {
         remote::InsertReply reply;
         reply.set_accepted(accepted);
         stream->Write(reply);  // a client gone shows in the next Read
       }
-      std::lock_guard lock(mu_);
-      Known& known = actors_[actor];
-      known.stats.frames += request.frames();
-      known.stats.episodes += request.episodes_size();
-      ++known.stats.unrolls;
-      if (queued) {
-        ++totals_.unrolls;
-      } else {
-        ++totals_.after_finish;
+      {
+        std::lock_guard lock(mu_);
+        Known& known = actors_[actor];
+        known.stats.frames += request.frames();
+        known.stats.episodes += request.episodes_size();
+        known.stats.unrolls += taken;
+        totals_.unrolls += queued;
+        totals_.after_finish += taken - queued;
       }
+      if (context->IsCancelled()) break;
     }
     {
       std::lock_guard lock(mu_);
@@ -219,6 +222,17 @@ class LearnerServer::Impl final : public remote::Learner::Service {
   bool is_finishing() const {
     std::lock_guard lock(mu_);
     return finishing_;
+  }
+
+  // Throws InvalidArgument for an unroll of another environment's shape.
+  void check_shape(const Unroll& unroll) const {
+    const ActorAssignment& p = options_.play;
+    if (unroll.observation_size != p.observation_size || unroll.num_actions != p.num_actions) {
+      throw InvalidArgument("an unroll of observations of " +
+                            std::to_string(unroll.observation_size) + " floats and " +
+                            std::to_string(unroll.num_actions) + " actions; this learner plays " +
+                            p.env);
+    }
   }
 
   // Inserts `unroll`, waiting while the queue is full: true once queued, false when the

@@ -21,8 +21,9 @@ constexpr milliseconds kFirstBackoff{50};
 constexpr milliseconds kMaxBackoff{2'000};
 // How long the sender waits for an unroll before looking at the end again.
 constexpr milliseconds kSampleWait{100};
-// Unrolls written and not yet answered, at most: what may wait in the transport's buffers.
-constexpr std::int64_t kWindow = 4;
+// Unrolls written and not yet answered, at most: what may wait in the transport's buffers
+// (half a learner batch of the job's default 32).
+constexpr std::int64_t kWindow = 16;
 
 std::string host_name() {
   char name[256] = {};
@@ -221,18 +222,22 @@ class RemoteLearner::Impl {
       };
       bool broken = false;
       while (!stop && !finished && !broken) {
-        if (written - accepted >= kWindow && !read_answer()) {
-          broken = true;
-          break;
-        }
-        std::optional<Unroll> unroll;
+        while (!broken && written - accepted >= kWindow) broken = !read_answer();
+        if (broken) break;
+        // The unrolls ready, up to what the window leaves: one message.
+        std::vector<Unroll> batch;
         try {
-          unroll = queue.sample(kSampleWait);
+          batch.push_back(queue.sample(kSampleWait));
         } catch (const Timeout&) {
           continue;
         }
+        const std::int64_t room =
+            std::min<std::int64_t>(kWindow - (written - accepted) - 1, queue.stats().size);
+        if (room > 0) {
+          for (Unroll& u : queue.sample_batch(room)) batch.push_back(std::move(u));
+        }
         remote::InsertRequest request;
-        remote_wire::to_message(*unroll, request.mutable_unroll());
+        for (const Unroll& u : batch) remote_wire::to_message(u, request.add_unrolls());
         const Report r = report();
         for (const auto& [episode_return, length] : r.episodes) {
           remote::Episode* e = request.add_episodes();
@@ -240,15 +245,16 @@ class RemoteLearner::Impl {
           e->set_length(length);
         }
         request.set_frames(r.frames);
+        const auto n = static_cast<std::int64_t>(batch.size());
         if (!stream->Write(request)) {
           broken = true;
           std::lock_guard lock(mu_);
-          ++counts_.lost;  // the unroll in hand: it is not sent again
+          counts_.lost += n;  // the unrolls in hand: they are not sent again
           break;
         }
-        ++written;
+        written += n;
         std::lock_guard lock(mu_);
-        ++counts_.sent;
+        counts_.sent += n;
       }
       if (!broken) {
         stream->WritesDone();
