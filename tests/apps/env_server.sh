@@ -11,25 +11,11 @@ build="${1:?build dir}"
 python="${2:?python}"
 bin="$build/replicator"
 server_py="$(cd "$(dirname "$0")/../.." && pwd)/python/env_server.py"
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$work"/*.log; do
-    [[ -f $f ]] && { echo "--- $f" >&2; tail -n 15 "$f" >&2; }
-  done
-  exit 1
-}
+source "$(dirname "$0")/processes.sh"
 if ! "$python" -c "import gymnasium, grpc" 2>/dev/null; then
   echo "skipped: $python lacks gymnasium or grpcio (scripts/install_deps.sh installs them)" >&2
   exit 77
 fi
-json_field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
 
 # start_server NAME: an env server in the background ($server_pid), its address in $address.
 start_server() {

@@ -19,23 +19,7 @@ set -uo pipefail
 build="${1:?build dir}"
 case_name="${2:?case}"
 bin="$build/replicator"
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  # SIGTERM first: `replicator launch` passes it on to its processes.
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  sleep 0.5
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$work"/*.log; do
-    [[ -f $f ]] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }
-  done
-  exit 1
-}
+source "$(dirname "$0")/processes.sh"
 
 # addresses LOG N: waits (up to 60 s) until the learner's log names N addresses; prints them
 # by process, comma-separated.
@@ -77,7 +61,6 @@ actor() {
 learner_count() {
   sed -n "s/.*remote actor $2 ([^)]*): \([0-9]*\) unrolls.*/\1/p" "$1" | head -1
 }
-json_field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
 
 learner_flags=(--env cartpole --listen 127.0.0.1:0 --no-progress --report-every 50)
 
