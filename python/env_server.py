@@ -5,7 +5,8 @@ make_remote_env in include/replicator/rl/remote.h), as PolyBeast's environment s
 
     python env_server.py --port 7100 [--host 0.0.0.0] [--threads 8]
 
-Each Open makes a session of M environments, seeded seed + i, stepped together with the
+Each Open makes a session of M environments, seeded from seed (numpy's SeedSequence), stepped
+together with the
 batched environments' contract (include/replicator/rl/env.h): auto-reset on the next step
 (its action ignored, reward 0), and the episode's return and length on the step that ends
 it. Atari ids ("ALE/Pong-v5") get gymnasium's standard preprocessing: 84x84 grey, 4 frames
@@ -104,7 +105,9 @@ class Session:
         if not isinstance(space, gym.spaces.Discrete):
             raise ValueError(f"{env_id}: only discrete action spaces, got {space}")
         self.num_actions = int(space.n)
-        first = [e.reset(seed=seed + i)[0] for i, e in enumerate(self.envs)]
+        # Independent streams per environment, also across sessions with nearby seeds.
+        seeds = [int(c.generate_state(1)[0]) for c in np.random.SeedSequence(seed).spawn(num_envs)]
+        first = [e.reset(seed=s)[0] for e, s in zip(self.envs, seeds)]
         self.shape = self.observation(first[0]).shape
         m = num_envs
         self.obs = np.stack([self.observation(o) for o in first])
@@ -117,6 +120,15 @@ class Session:
         self.running_length = np.zeros(m, np.int32)
         self.resetting = np.zeros(m, bool)
         self.lock = threading.Lock()
+
+    def reset(self):
+        """Starts a new episode in every environment (reset(): rewards, flags, episodes 0)."""
+        for i, env in enumerate(self.envs):
+            self.obs[i] = self.observation(env.reset()[0])
+        for a in (self.rewards, self.terminated, self.truncated, self.episode_return,
+                  self.episode_length, self.running_return, self.running_length):
+            a.fill(0)
+        self.resetting.fill(False)
 
     def observation(self, o):
         o = np.asarray(o)
@@ -191,6 +203,7 @@ class Server:
     def reset(self, request, context):
         s = self.session(decode(request), context)
         with s.lock:
+            s.reset()
             return s.reply()
 
     def step(self, request, context):
@@ -209,8 +222,9 @@ class Server:
         with self.lock:
             s = self.sessions.pop(sid, None)
         if s is not None:
-            for e in s.envs:
-                e.close()
+            with s.lock:
+                for e in s.envs:
+                    e.close()
         return b""
 
 

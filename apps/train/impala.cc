@@ -586,7 +586,9 @@ RemoteActorResult run_remote_actor(const RemoteActorOptions& o) {
   try {
     learner.pump(store, queue, report, stop);
   } catch (...) {
+    // An actor that failed closed the queue, which ended the pump: its error is the cause.
     actor.stop();
+    if (std::exception_ptr error = actor.error()) std::rethrow_exception(error);
     throw;
   }
   actor.stop();

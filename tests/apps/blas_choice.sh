@@ -5,6 +5,7 @@
 #
 #   blas_choice.sh BUILD_DIR
 # Exit 0 on success, 1 on failure, 77 when libblas.so.3 is not OpenBLAS (nothing to choose).
+# The launched child's environment is read through a pipe: a failed launch fails the test.
 set -uo pipefail
 build="${1:?build dir}"
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -16,11 +17,13 @@ child_env() {
     sort
 }
 
-plain=$(child_env) || true
-if ! grep -q '^OPENBLAS_NUM_THREADS=1$' <<<"$plain"; then
-  echo "libblas.so.3 is not OpenBLAS here (children see: '${plain}'): nothing to check"
+blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || true)
+if [[ $blas != *openblas* ]]; then
+  echo "libblas.so.3 is not OpenBLAS here ('${blas:-none}'): nothing to choose"
   exit 77
 fi
+plain=$(child_env) || fail "replicator launch failed"
+grep -q '^OPENBLAS_NUM_THREADS=1$' <<<"$plain" || fail "OPENBLAS_NUM_THREADS is not 1: $plain"
 echo "unset: $(tr '\n' ' ' <<<"$plain")"
 
 # Prescott is the slowest x86-64 core: a chooser that ignored the user would replace it on

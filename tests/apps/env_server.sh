@@ -36,11 +36,11 @@ flags=(--no-progress --report-every 20 --json)
 
 # Actor threads.
 "$bin" train impala --env gym:CartPole-v1 --env-servers "$address" --actors 1 --frames 64000 \
-  "${flags[@]}" > "$work/threads.json" 2> "$work/threads.log" || fail "the job on gym:CartPole-v1 failed"
+  --envs-per-actor 8 "${flags[@]}" > "$work/threads.json" 2> "$work/threads.log" || fail "the job on gym:CartPole-v1 failed"
 [[ $(json_field "$work/threads.json" steps) == 100 ]] || fail "not 100 learner steps"
 (( $(json_field "$work/threads.json" episodes) > 0 )) || fail "no episode reported"
-grep -q "env server: session [0-9]*: 16 x CartPole-v1, observations (4,)" "$work/server.log" ||
-  fail "the env server made no session of 16 CartPole-v1"
+grep -q "env server: session [0-9]*: 8 x CartPole-v1, observations (4,)" "$work/server.log" ||
+  fail "the env server made no session of the actor's 8 CartPole-v1"
 echo "actor threads on gym:CartPole-v1: $(json_field "$work/threads.json" episodes) episodes"
 
 # A remote actor: the environment and its servers come from the learner.

@@ -72,7 +72,7 @@ learner_and_actors() {
     > "$work/learner.json" 2> "$work/learner.log" &
   learner=$!
   pids+=($learner)
-  address=$(addresses "$work/learner.log" 1)
+  address=$(addresses "$work/learner.log" 1) || exit 1
   actor a1 --learner "$address" --id 1 "${actor_flags[@]}"
   a1=$last_pid
   actor a2 --learner "$address" --id 2 "${actor_flags[@]}"
@@ -151,7 +151,7 @@ case "$case_name" in
       --remote-actors 1 --frames 100000 --json > "$work/learner.json" 2> "$work/learner.log" &
     learner=$!
     pids+=($learner)
-    list=$(addresses "$work/learner.log" 2)
+    list=$(addresses "$work/learner.log" 2) || exit 1
     actor a0 --learner "$list" --id 0
     a0=$last_pid
     actor a1 --learner "$list" --id 1

@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
+#include <functional>
 #include <thread>
 
 #include "replicator/errors.h"
@@ -58,6 +60,59 @@ struct Learner {
                        queue};
 };
 
+// RemoteLearner::pump on a thread of its own: the error it ends with is kept; whatever way
+// the test leaves, the destructor stops the pump and joins it (a failed assertion does not
+// leave a joinable thread behind).
+class PumpThread {
+ public:
+  PumpThread(RemoteLearner& actor, ParameterStore& store, TrajectoryQueue<Unroll>& queue,
+             std::function<RemoteLearner::Report()> report)
+      : thread_([this, &actor, &store, &queue, report = std::move(report)] {
+          try {
+            actor.pump(store, queue, report, stop_);
+          } catch (...) {
+            error_ = std::current_exception();
+          }
+        }) {}
+  ~PumpThread() { join(); }
+  // Sets stop (unless the pump already returned) and waits for the pump.
+  void join() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  // Waits for the pump to return by itself (the learner's end), then joins.
+  void wait_for_end() {
+    if (thread_.joinable()) thread_.join();
+  }
+  std::exception_ptr error() const { return error_; }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+// Inserts `count` unrolls of actor `actor` into `queue` from a thread of its own; the
+// destructor closes the queue (releasing an insert that waits) and joins.
+class Producer {
+ public:
+  Producer(TrajectoryQueue<Unroll>& queue, int actor, int count)
+      : queue_(queue), thread_([&queue, actor, count] {
+          try {
+            for (int i = 0; i < count; ++i) queue.insert(make_unroll(actor, i));
+          } catch (const Aborted&) {
+          }
+        }) {}
+  ~Producer() {
+    queue_.close();
+    thread_.join();
+  }
+
+ private:
+  TrajectoryQueue<Unroll>& queue_;
+  std::thread thread_;
+};
+
 TEST(RemoteLearner, HelloAssignsWhatTheLearnerPlaysAndAnId) {
   Learner learner;
   RemoteLearner a({.address = learner.server.address()});
@@ -82,31 +137,22 @@ TEST(RemoteLearner, UnrollsArriveWholeInOrderAndCountedOnBothSides) {
   ParameterStore local_store;
   TrajectoryQueue<Unroll> local_queue({.max_size = 8});
   constexpr int kUnrolls = 50;
-  std::thread producer([&] {
-    for (int i = 0; i < kUnrolls; ++i) local_queue.insert(make_unroll(1, i));
-  });
-  std::atomic<bool> stop{false};
   // What the actor reported with its messages (a message carries one or more unrolls).
   std::atomic<std::int64_t> frames_reported{0};
   std::atomic<int> episodes_reported{0};
-  std::thread pump([&] {
-    int calls = 0;
-    actor.pump(
-        local_store, local_queue,
-        [&] {
-          RemoteLearner::Report r;
-          r.frames = 3;
-          frames_reported += 3;
-          if (++calls % 3 == 0) {
-            r.episodes.emplace_back(10.0, 10);
-            ++episodes_reported;
-          }
-          return r;
-        },
-        stop);
+  int calls = 0;
+  PumpThread pump(actor, local_store, local_queue, [&] {
+    RemoteLearner::Report r;
+    r.frames = 3;
+    frames_reported += 3;
+    if (++calls % 3 == 0) {
+      r.episodes.emplace_back(10.0, 10);
+      ++episodes_reported;
+    }
+    return r;
   });
+  Producer producer(local_queue, 1, kUnrolls);
   std::vector<Unroll> got = learner.queue.sample_batch(kUnrolls);
-  producer.join();
   ASSERT_EQ(got.size(), static_cast<std::size_t>(kUnrolls));
   for (int i = 0; i < kUnrolls; ++i) {
     EXPECT_EQ(got[static_cast<std::size_t>(i)].sequence, i);
@@ -124,7 +170,8 @@ TEST(RemoteLearner, UnrollsArriveWholeInOrderAndCountedOnBothSides) {
 
   // The learner finishes: the pump learns it from its next poll and returns.
   learner.server.finish(milliseconds(5'000));
-  pump.join();
+  pump.wait_for_end();
+  EXPECT_FALSE(pump.error());
   const RemoteActorCounts counts = actor.counts();
   const LearnerServerStats stats = learner.server.stats();
   EXPECT_EQ(counts.sent, kUnrolls);
@@ -140,34 +187,40 @@ TEST(RemoteLearner, UnrollsArriveWholeInOrderAndCountedOnBothSides) {
   EXPECT_EQ(stats.rejected, 0);
 }
 
-// An unroll of another environment's shape ends its stream, counted as rejected; nothing of
-// it reaches the queue.
-TEST(RemoteLearner, AnUnrollOfTheWrongShapeIsRejected) {
-  Learner learner;
-  learner.store.publish(
-      std::make_shared<PolicySnapshot>(PolicySnapshot{.version = 1, .parameters = {0.0f}}));
-  RemoteLearner actor(
-      {.address = learner.server.address(), .actor = 2, .timeout = milliseconds(500)});
-  TrajectoryQueue<Unroll> local_queue({.max_size = 8});
-  local_queue.insert(make_unroll(2, 0, /*observation_size=*/6));
-  ParameterStore local_store;
-  std::atomic<bool> stop{false};
-  std::thread pump([&] {
-    try {
-      actor.pump(
-          local_store, local_queue, [] { return RemoteLearner::Report{}; }, stop);
-    } catch (const Error&) {
+// An unroll the learner cannot learn from (another environment's shape, another length, an
+// action out of range) ends its stream, counted as rejected; nothing of it reaches the queue.
+TEST(RemoteLearner, UnrollsTheLearnerCannotLearnFromAreRejected) {
+  Unroll wrong_shape = make_unroll(2, 0, /*observation_size=*/6);
+  Unroll wrong_length = make_unroll(2, 0);
+  wrong_length.length = 2;
+  wrong_length.observations.resize(3 * 4);
+  wrong_length.actions.resize(2);
+  wrong_length.rewards.resize(2);
+  wrong_length.done.resize(2);
+  wrong_length.behaviour_logits.resize(4);
+  Unroll wrong_action = make_unroll(2, 0);
+  wrong_action.actions[1] = 2;
+  for (const Unroll* bad : {&wrong_shape, &wrong_length, &wrong_action}) {
+    ASSERT_TRUE(bad->consistent());
+    Learner learner;
+    learner.store.publish(
+        std::make_shared<PolicySnapshot>(PolicySnapshot{.version = 1, .parameters = {0.0f}}));
+    RemoteLearner actor(
+        {.address = learner.server.address(), .actor = 2, .timeout = milliseconds(500)});
+    TrajectoryQueue<Unroll> local_queue({.max_size = 8});
+    local_queue.insert(Unroll(*bad));
+    ParameterStore local_store;
+    {
+      PumpThread pump(actor, local_store, local_queue, [] { return RemoteLearner::Report{}; });
+      for (int i = 0; i < 500 && learner.server.stats().rejected == 0; ++i) {
+        std::this_thread::sleep_for(milliseconds(10));
+      }
     }
-  });
-  for (int i = 0; i < 500 && learner.server.stats().rejected == 0; ++i) {
-    std::this_thread::sleep_for(milliseconds(10));
+    EXPECT_EQ(learner.server.stats().rejected, 1);
+    EXPECT_EQ(learner.queue.stats().inserted, 0);
+    EXPECT_EQ(actor.counts().acknowledged, 0);
+    EXPECT_EQ(actor.counts().lost, 1);
   }
-  stop = true;
-  pump.join();
-  EXPECT_EQ(learner.server.stats().rejected, 1);
-  EXPECT_EQ(learner.queue.stats().inserted, 0);
-  EXPECT_EQ(actor.counts().acknowledged, 0);
-  EXPECT_EQ(actor.counts().lost, 1);
 }
 
 TEST(RemoteLearner, AnUnreachableLearnerIsPeerLostNamingIt) {

@@ -13,8 +13,9 @@
 //   not at all, never twice (nothing is re-sent). An actor that dies loses the unrolls in flight;
 //   the learner goes on with the others. A restarted actor says hello again and is fed the newest
 //   parameters.
-// - Every call has a deadline. An actor that cannot reach its learner retries with backoff
-//   and, past its timeout, throws PeerLost naming the learner's address.
+// - Every call but the insert stream has a deadline; keepalive pings break a stream to a
+//   learner that is gone. An actor that cannot reach its learner retries with backoff and,
+//   past its timeout, throws PeerLost naming the learner's address.
 // No LibTorch: parameters travel as the flat floats ParameterStore holds.
 #pragma once
 
@@ -137,7 +138,7 @@ class RemoteLearner {
  public:
   // Connects and says hello. BLOCKS, retrying with backoff, until the learner answers or
   // options.timeout passes: then throws PeerLost naming the address. InvalidArgument for an
-  // address without a port; InvalidArgument for a hello the learner refuses.
+  // address without ':'; InvalidArgument for a hello the learner refuses.
   explicit RemoteLearner(RemoteLearnerOptions options);
   ~RemoteLearner();
   RemoteLearner(const RemoteLearner&) = delete;
@@ -157,7 +158,11 @@ class RemoteLearner {
   // until the learner says it has finished (returns normally, after closing the stream
   // cleanly), `stop` is set (the same), or the learner stays unreachable past the timeout
   // (throws PeerLost naming it). A broken stream loses what was in flight (counted) and is
-  // opened again. Throws what `queue` throws except its Timeout.
+  // opened again. The stream has no deadline of its own: a learner that holds it (a full
+  // queue) holds the pump, until the learner finishes, the stream breaks, or `stop`; at the
+  // end a stream that does not close within a call's deadline is cancelled. Throws DataError
+  // for parameters that are not whole floats, what `report` throws, and what `queue` throws
+  // except its Timeout.
   void pump(ParameterStore& store, TrajectoryQueue<Unroll>& queue,
             const std::function<Report()>& report, const std::atomic<bool>& stop);
 
@@ -171,13 +176,14 @@ class RemoteLearner {
 
 // A batch of `num_envs` environments living in an environment server at `address`
 // (python/env_server.py, PolyBeast's model), with the batched environments' contract (env.h):
-// gymnasium id `env` ("CartPole-v1", "ALE/Pong-v5" with Atari's standard preprocessing), env
-// i seeded seed + i, already reset; name() is "gym:" + env. Images arrive as bytes and become
-// floats in [0, 1]. Unlike the C++ environments, reset() and step() BLOCK for one call each,
-// with deadline `timeout`, and throw PeerLost naming the server when it fails or is gone.
-// Waits up to `timeout` for the server to answer at first. Throws InvalidArgument for an
-// address without a port or an id the server cannot make, PeerLost for a server that does
-// not answer, DataError for a malformed reply.
+// gymnasium id `env` ("CartPole-v1", "ALE/Pong-v5" with Atari's standard preprocessing), the
+// environments' seeds derived from `seed` (numpy's SeedSequence: independent streams), already
+// reset; name() is "gym:" + env. Images arrive as bytes and become floats in [0, 1]. Unlike
+// the C++ environments, reset() and step() BLOCK for one call each, with deadline `timeout`,
+// and throw PeerLost naming the server when it fails or is gone, DataError for a malformed
+// reply. Waits up to `timeout` for the server to answer at first. Throws InvalidArgument for
+// an address without ':' or an id the server cannot make, PeerLost for a server that does not
+// answer, DataError for a malformed reply.
 std::unique_ptr<BatchedEnv> make_remote_env(
     const std::string& address, const std::string& env, int num_envs, std::uint64_t seed,
     std::chrono::milliseconds timeout = std::chrono::milliseconds(60'000));

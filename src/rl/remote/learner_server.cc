@@ -38,6 +38,10 @@ class LearnerServer::Impl final : public remote::Learner::Service {
     builder.RegisterService(this);
     builder.SetMaxReceiveMessageSize(-1);
     builder.SetMaxSendMessageSize(-1);
+    // Actors ping every 2 s, also between calls, to notice a learner that is gone.
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
     server_ = builder.BuildAndStart();
     if (!server_ || port_ == 0) {
       throw ConfigError("the learner cannot listen on " + options_.address +
@@ -54,8 +58,8 @@ class LearnerServer::Impl final : public remote::Learner::Service {
 
   int wait_for_actors(int n, milliseconds timeout) const {
     std::unique_lock lock(mu_);
-    changed_.wait_for(lock, timeout, [&] { return static_cast<int>(actors_.size()) >= n; });
-    return static_cast<int>(actors_.size());
+    changed_.wait_for(lock, timeout, [&] { return said_hello_ >= n; });
+    return said_hello_;
   }
 
   void finish(milliseconds grace) {
@@ -80,7 +84,8 @@ class LearnerServer::Impl final : public remote::Learner::Service {
     const double now = seconds_now();
     for (const auto& [id, a] : actors_) {
       s.actors.push_back(a.stats);
-      s.actors.back().seconds = now - a.first_seen;
+      s.actors.back().streaming = a.open > 0;
+      s.actors.back().seconds = a.first_seen > 0 ? now - a.first_seen : 0;
     }
     return s;
   }
@@ -93,7 +98,9 @@ class LearnerServer::Impl final : public remote::Learner::Service {
       if (finishing_) return {grpc::StatusCode::FAILED_PRECONDITION, "the learner has finished"};
       a.actor = request->actor() >= 0 ? request->actor() : options_.next_actor++;
       Known& known = actors_[a.actor];
-      if (known.stats.peer.empty()) known.first_seen = seconds_now();
+      if (known.first_seen == 0) known.first_seen = seconds_now();
+      if (!known.said_hello) ++said_hello_;
+      known.said_hello = true;
       known.stats.actor = a.actor;
       known.stats.peer = request->host().empty() ? context->peer() : request->host();
       ++totals_.hellos;
@@ -146,8 +153,9 @@ class LearnerServer::Impl final : public remote::Learner::Service {
         std::lock_guard lock(mu_);
         Known& known = actors_[actor];
         known.stats.actor = actor;
+        if (known.first_seen == 0) known.first_seen = seconds_now();
         ++known.stats.streams;
-        known.stats.streaming = true;
+        ++known.open;
       }
       for (const remote::Episode& e : request.episodes()) {
         if (options_.on_episode) options_.on_episode(e.episode_return(), e.length());
@@ -156,10 +164,10 @@ class LearnerServer::Impl final : public remote::Learner::Service {
       std::int64_t queued = 0;
       std::int64_t taken = 0;
       for (Unroll& unroll : unrolls) {
-        const bool in_queue = put(std::move(unroll), context);
-        if (context->IsCancelled()) break;
+        const Put result = put(std::move(unroll), context);
+        if (result == Put::kCancelled) break;
         ++taken;
-        queued += in_queue ? 1 : 0;
+        queued += result == Put::kQueued ? 1 : 0;
       }
       accepted += taken;
       if (taken > 0) {
@@ -183,7 +191,7 @@ class LearnerServer::Impl final : public remote::Learner::Service {
       if (!status.ok()) ++totals_.rejected;
       if (actor >= 0) {
         Known& known = actors_[actor];
-        known.stats.streaming = false;
+        --known.open;
         // A client that died or dropped the call cancels it; a clean one closes its writes.
         if (!read_all || !status.ok() || context->IsCancelled()) ++known.stats.broken_streams;
       }
@@ -213,7 +221,9 @@ class LearnerServer::Impl final : public remote::Learner::Service {
  private:
   struct Known {
     RemoteActorStats stats;
-    double first_seen = 0;
+    double first_seen = 0;  // 0: not yet
+    int open = 0;           // its insert streams open now
+    bool said_hello = false;
   };
 
   static double seconds_now() {
@@ -224,31 +234,47 @@ class LearnerServer::Impl final : public remote::Learner::Service {
     return finishing_;
   }
 
-  // Throws InvalidArgument for an unroll of another environment's shape.
+  // Throws InvalidArgument for an unroll this learner cannot learn from: another
+  // environment's shape, another unroll length, an action out of range, a done flag that is
+  // neither 0 nor 1.
   void check_shape(const Unroll& unroll) const {
     const ActorAssignment& p = options_.play;
-    if (unroll.observation_size != p.observation_size || unroll.num_actions != p.num_actions) {
-      throw InvalidArgument("an unroll of observations of " +
-                            std::to_string(unroll.observation_size) + " floats and " +
-                            std::to_string(unroll.num_actions) + " actions; this learner plays " +
-                            p.env);
+    if (unroll.observation_size != p.observation_size || unroll.num_actions != p.num_actions ||
+        unroll.length != p.unroll) {
+      throw InvalidArgument("an unroll of " + std::to_string(unroll.length) +
+                            " steps of observations of " + std::to_string(unroll.observation_size) +
+                            " floats and " + std::to_string(unroll.num_actions) +
+                            " actions; this learner plays " + p.env + " in unrolls of " +
+                            std::to_string(p.unroll));
+    }
+    for (const std::int32_t a : unroll.actions) {
+      if (a < 0 || a >= p.num_actions) {
+        throw InvalidArgument("an unroll with action " + std::to_string(a) + " of " +
+                              std::to_string(p.num_actions));
+      }
+    }
+    for (const std::uint8_t d : unroll.done) {
+      if (d > 1) throw InvalidArgument("an unroll with a done flag of " + std::to_string(d));
     }
   }
 
-  // Inserts `unroll`, waiting while the queue is full: true once queued, false when the
-  // learner finished first (the unroll is dropped) or the client went away.
-  bool put(Unroll&& unroll, grpc::ServerContext* context) {
-    while (!is_finishing() && !context->IsCancelled()) {
+  enum class Put { kQueued, kDropped, kCancelled };
+  // Inserts `unroll`, waiting while the queue is full: kQueued once it is in; kDropped when
+  // the learner finished first (it is counted, not queued); kCancelled when the client went
+  // away first (it is not counted: the client counts it lost).
+  Put put(Unroll&& unroll, grpc::ServerContext* context) {
+    while (!context->IsCancelled()) {
+      if (is_finishing()) return Put::kDropped;
       try {
         queue_.insert(std::move(unroll), kInsertWait);
-        return true;
+        return Put::kQueued;
       } catch (const Timeout&) {
         // Still full: look again at the end and at the client.
       } catch (const Aborted&) {
-        return false;  // the queue closed: the learner is ending
+        return Put::kDropped;  // the queue closed: the learner is ending
       }
     }
-    return false;
+    return Put::kCancelled;
   }
 
   LearnerServerOptions options_;
@@ -261,6 +287,7 @@ class LearnerServer::Impl final : public remote::Learner::Service {
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;
   std::map<int, Known> actors_;  // under mu_
+  int said_hello_ = 0;           // distinct actors that said hello, under mu_
   LearnerServerStats totals_;    // under mu_ (its actors left empty)
   int open_streams_ = 0;         // under mu_
   bool finishing_ = false;       // under mu_

@@ -100,7 +100,12 @@ class RemoteLearner::Impl {
   void pump(ParameterStore& store, TrajectoryQueue<Unroll>& queue,
             const std::function<Report()>& report, const std::atomic<bool>& stop) {
     std::atomic<bool> finished{false};
+    std::atomic<bool> sent_all{false};
     std::exception_ptr fetch_error;
+    {
+      std::lock_guard lock(insert_mu_);
+      cancel_inserts_ = false;
+    }
     std::thread fetcher([&] {
       try {
         fetch(store, stop, finished);
@@ -108,15 +113,22 @@ class RemoteLearner::Impl {
         fetch_error = std::current_exception();
         finished = true;
       }
+      // The sender closes its stream cleanly once it sees the end; a stream blocked in a
+      // read or write (a learner that holds it) is cancelled after a call's deadline.
+      const Clock::time_point until = Clock::now() + options_.call_timeout;
+      while (!sent_all && Clock::now() < until) std::this_thread::sleep_for(milliseconds(10));
+      if (!sent_all) cancel_inserts();
     });
     try {
       send(queue, report, stop, finished);
     } catch (...) {
       finished = true;
+      sent_all = true;
       fetcher.join();
       throw;
     }
     finished = true;
+    sent_all = true;
     fetcher.join();
     if (fetch_error) std::rethrow_exception(fetch_error);
   }
@@ -205,6 +217,19 @@ class RemoteLearner::Impl {
     bool first_stream = true;
     while (!stop && !finished) {
       grpc::ClientContext context;
+      {
+        std::lock_guard lock(insert_mu_);
+        if (cancel_inserts_) break;
+        insert_context_ = &context;
+      }
+      // Unregisters the context before it goes out of scope, however the loop leaves.
+      struct Unregister {
+        Impl* impl;
+        ~Unregister() {
+          std::lock_guard lock(impl->insert_mu_);
+          impl->insert_context_ = nullptr;
+        }
+      } unregister{this};
       const auto stream = stub_->Insert(&context);
       if (!first_stream) {
         std::lock_guard lock(mu_);
@@ -248,8 +273,12 @@ class RemoteLearner::Impl {
         const auto n = static_cast<std::int64_t>(batch.size());
         if (!stream->Write(request)) {
           broken = true;
-          std::lock_guard lock(mu_);
-          counts_.lost += n;  // the unrolls in hand: they are not sent again
+          {
+            std::lock_guard lock(mu_);
+            counts_.lost += n;  // the unrolls in hand: they are not sent again
+          }
+          while (read_answer()) {
+          }  // answers already on their way still count
           break;
         }
         written += n;
@@ -277,12 +306,22 @@ class RemoteLearner::Impl {
     }
   }
 
+  // Cancels the insert stream in flight, and any opened after.
+  void cancel_inserts() {
+    std::lock_guard lock(insert_mu_);
+    cancel_inserts_ = true;
+    if (insert_context_ != nullptr) insert_context_->TryCancel();
+  }
+
   RemoteLearnerOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<remote::Learner::Stub> stub_;
   ActorAssignment assignment_;
   mutable std::mutex mu_;
   RemoteActorCounts counts_;  // under mu_
+  std::mutex insert_mu_;
+  grpc::ClientContext* insert_context_ = nullptr;  // the insert stream's, under insert_mu_
+  bool cancel_inserts_ = false;                    // under insert_mu_
 };
 
 RemoteLearner::RemoteLearner(RemoteLearnerOptions options)
