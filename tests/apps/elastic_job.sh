@@ -217,7 +217,12 @@ case_refuse() {
 case_interrupt() {
   "$replicator" launch -n 2 --max-restarts 3 -- sleep 31.25 > "$work/int.out" 2> "$work/int.err" &
   local agent=$! rc=0
-  sleep 1
+  # A background job of a script starts with SIGINT ignored; the agent takes it once it runs
+  # its first generation. Sent before that, it would be lost.
+  for _ in $(seq 300); do
+    grep -q "generation 0:" "$work/int.err" 2>/dev/null && break
+    sleep 0.1
+  done
   kill -INT $agent
   wait $agent || rc=$?
   [ $rc = 130 ] || fail "interrupt: the agent exited $rc, expected 130: $(cat "$work/int.err")"
