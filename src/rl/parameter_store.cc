@@ -19,6 +19,17 @@ void ParameterStore::publish(std::shared_ptr<const PolicySnapshot> snapshot) {
   version_.store(latest_->version, std::memory_order_release);
 }
 
+void ParameterStore::replace(std::shared_ptr<const PolicySnapshot> snapshot) {
+  if (!snapshot) throw InvalidArgument("ParameterStore::replace: the snapshot is null");
+  if (snapshot->version < 1) {
+    throw InvalidArgument("ParameterStore::replace: version " + std::to_string(snapshot->version) +
+                          " is below 1");
+  }
+  std::lock_guard lock(mu_);
+  latest_ = std::move(snapshot);
+  version_.store(latest_->version, std::memory_order_release);
+}
+
 std::shared_ptr<const PolicySnapshot> ParameterStore::latest() const {
   std::lock_guard lock(mu_);
   return latest_;

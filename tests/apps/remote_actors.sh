@@ -11,6 +11,9 @@
 #       kill-learner  the learner SIGKILLed: the actors exit non-zero within their timeout,
 #                     naming the learner.
 #       two-learners  a learner of 2 gloo processes x 1 replica fed by actors of both.
+#       restart-learner  the learner SIGKILLed and started again from its checkpoint within the
+#                     actors' timeout: the actors stay, stream to it without a new hello and
+#                     take its parameters although its versions are below theirs.
 #       two-hosts     the learner in one network namespace, 2 actors in another
 #                     (tests/engines/netns.sh): CartPole solved. 77 where namespaces cannot
 #                     be made.
@@ -169,6 +172,47 @@ case "$case_name" in
         fail "actor $id says $acknowledged unrolls, learner process $id counts $counted"
     done
     echo "2 learner processes (gloo), each fed by its own actor process"
+    ;;
+  restart-learner)
+    port=$(python3 -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+    restart_flags=(--env cartpole --remote-actors 2 --listen "127.0.0.1:$port" --no-progress
+      --report-every 50 --out "$work/run" --checkpoint-every 200 --frames 1500000 --json)
+    "$bin" train impala "${restart_flags[@]}" > /dev/null 2> "$work/learner-1.log" &
+    learner=$!
+    pids+=($learner)
+    actor a1 --learner "127.0.0.1:$port" --id 1
+    a1=$last_pid
+    actor a2 --learner "127.0.0.1:$port" --id 2
+    a2=$last_pid
+    # Killed past its second checkpoint, so that the actors hold versions above the first.
+    for _ in $(seq 600); do
+      [[ -f $work/run/checkpoint-000000400.pt ]] && break
+      sleep 0.1
+    done
+    [[ -f $work/run/checkpoint-000000400.pt ]] || fail "no checkpoint at step 400"
+    sleep 0.5
+    kill -9 "$learner"
+    wait "$learner" 2>/dev/null
+    "$bin" train impala "${restart_flags[@]}" --resume "$work/run/checkpoint-000000200.pt" \
+      > "$work/learner.json" 2> "$work/learner-2.log" || fail "the restarted learner failed"
+    wait "$a1" || fail "actor 1 failed across the learner's restart"
+    wait "$a2" || fail "actor 2 failed across the learner's restart"
+    for id in 1 2; do
+      (( $(json_field "$work/a$id.json" reconnects) >= 1 )) || fail "actor $id did not reconnect"
+      grep -q "remote actor $id ([^)]*): [1-9][0-9]* unrolls" "$work/learner-2.log" ||
+        fail "actor $id sent the restarted learner nothing"
+    done
+    steps=$(json_field "$work/learner.json" steps)
+    (( steps == 2344 )) || fail "the restarted learner made $steps steps, not 2344"
+    # From 100 steps after the restart on, the actors play the restarted learner's versions:
+    # no negative policy lag.
+    python3 - "$work/run/metrics.jsonl" <<'PY' || fail "negative policy lag after the restart"
+import json, sys
+lags = [(r["step"], r["policy_lag"]) for r in map(json.loads, open(sys.argv[1]))
+        if r.get("type") == "train" and "policy_lag" in r and r["step"] >= 300]
+assert lags and all(lag >= 0 for _, lag in lags), lags
+PY
+    echo "learner restarted from step 200: both actors stayed and fed it to step $steps"
     ;;
   two-hosts)
     netns_cleanup_extra() { cleanup; }

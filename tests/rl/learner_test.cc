@@ -43,7 +43,7 @@ TEST(PolicyNetTest, ShapesOfBothTorsosAndFlatParametersRoundTrip) {
   EXPECT_THROW(PolicyNet(std::vector<int>{4}, 0, 8), InvalidArgument);
 }
 
-TEST(ParameterStoreTest, VersionsOnlyGoUp) {
+TEST(ParameterStoreTest, PublishedVersionsOnlyGoUpAndReplaceTakesAny) {
   ParameterStore store;
   EXPECT_EQ(store.version(), 0);
   EXPECT_EQ(store.latest(), nullptr);
@@ -53,6 +53,15 @@ TEST(ParameterStoreTest, VersionsOnlyGoUp) {
                InvalidArgument);
   EXPECT_THROW(store.publish(nullptr), InvalidArgument);
   EXPECT_EQ(store.latest()->parameters, std::vector<float>{1});
+  // replace() takes any version of at least 1: a restarted learner's.
+  store.publish(std::make_shared<PolicySnapshot>(PolicySnapshot{.version = 9, .parameters = {9}}));
+  store.replace(std::make_shared<PolicySnapshot>(PolicySnapshot{.version = 2, .parameters = {2}}));
+  EXPECT_EQ(store.version(), 2);
+  EXPECT_EQ(store.latest()->parameters, std::vector<float>{2});
+  EXPECT_THROW(store.replace(std::make_shared<PolicySnapshot>(PolicySnapshot{.version = 0})),
+               InvalidArgument);
+  EXPECT_THROW(store.replace(nullptr), InvalidArgument);
+  EXPECT_EQ(store.version(), 2);
 }
 
 // An actor's unrolls, checked against the environment and the policy: every behaviour logit

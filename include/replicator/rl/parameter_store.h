@@ -24,6 +24,11 @@ class ParameterStore {
   // a lock for a pointer swap only (never waits for readers); thread-safe. Throws
   // InvalidArgument for a null snapshot or a version that does not increase.
   void publish(std::shared_ptr<const PolicySnapshot> snapshot);
+  // Makes `snapshot` the newest whatever its version: for a copy of a learner's store when
+  // that learner restarted from an older checkpoint and counts versions from there. Readers
+  // take it as they take any other (Actor looks for a version that differs from its own).
+  // Thread-safe. Throws InvalidArgument for a null snapshot or a version below 1.
+  void replace(std::shared_ptr<const PolicySnapshot> snapshot);
 
   // The newest snapshot (null before the first publish). A pointer copy under a lock;
   // thread-safe; never throws.

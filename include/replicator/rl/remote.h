@@ -97,8 +97,9 @@ class LearnerServer {
   int port() const;             // the port bound
   std::string address() const;  // host:port as bound
 
-  // BLOCKS until `n` distinct actors said hello or `timeout` passed; returns how many did.
-  // Never throws.
+  // BLOCKS until `n` distinct actors joined (said hello, or streamed unrolls: an actor that
+  // stayed through a restart of its learner says no new hello) or `timeout` passed; returns
+  // how many did. Never throws.
   int wait_for_actors(int n, std::chrono::milliseconds timeout) const;
 
   // The learner is done: parameter polls answer `finished` and unrolls that still come are

@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "learner.grpc.pb.h"
@@ -21,6 +22,14 @@ using std::chrono::milliseconds;
 // at the end of the learner and at its client's cancellation.
 constexpr milliseconds kInsertWait{100};
 constexpr milliseconds kPollStep{2};
+
+// A random non-zero number: two servers started one after the other draw different ones.
+std::uint64_t draw_incarnation() {
+  std::random_device device;
+  std::uint64_t value = 0;
+  while (value == 0) value = (std::uint64_t{device()} << 32) ^ device();
+  return value;
+}
 
 }  // namespace
 
@@ -58,8 +67,8 @@ class LearnerServer::Impl final : public remote::Learner::Service {
 
   int wait_for_actors(int n, milliseconds timeout) const {
     std::unique_lock lock(mu_);
-    changed_.wait_for(lock, timeout, [&] { return said_hello_ >= n; });
-    return said_hello_;
+    changed_.wait_for(lock, timeout, [&] { return joined_ >= n; });
+    return joined_;
   }
 
   void finish(milliseconds grace) {
@@ -99,8 +108,7 @@ class LearnerServer::Impl final : public remote::Learner::Service {
       a.actor = request->actor() >= 0 ? request->actor() : options_.next_actor++;
       Known& known = actors_[a.actor];
       if (known.first_seen == 0) known.first_seen = seconds_now();
-      if (!known.said_hello) ++said_hello_;
-      known.said_hello = true;
+      join(known);
       known.stats.actor = a.actor;
       known.stats.peer = request->host().empty() ? context->peer() : request->host();
       ++totals_.hellos;
@@ -154,6 +162,7 @@ class LearnerServer::Impl final : public remote::Learner::Service {
         Known& known = actors_[actor];
         known.stats.actor = actor;
         if (known.first_seen == 0) known.first_seen = seconds_now();
+        join(known);  // an actor that stayed through a restart of this learner says no hello
         ++known.stats.streams;
         ++known.open;
       }
@@ -205,13 +214,17 @@ class LearnerServer::Impl final : public remote::Learner::Service {
                              remote::ParametersReply* reply) override {
     const Clock::time_point until =
         Clock::now() + milliseconds(std::clamp(request->wait_ms(), 0, 60'000));
-    while (store_.version() <= request->have_version() && !is_finishing() &&
-           !context->IsCancelled() && Clock::now() < until) {
+    // A caller that knew another incarnation has versions of that one: any version is news.
+    const std::int64_t have =
+        request->incarnation() == incarnation_ ? request->have_version() : 0;
+    while (store_.version() <= have && !is_finishing() && !context->IsCancelled() &&
+           Clock::now() < until) {
       std::this_thread::sleep_for(kPollStep);
     }
     reply->set_finished(is_finishing());
+    reply->set_incarnation(incarnation_);
     const std::shared_ptr<const PolicySnapshot> latest = store_.latest();
-    if (latest && latest->version > request->have_version()) {
+    if (latest && latest->version > have) {
       reply->set_version(latest->version);
       remote_wire::put(latest->parameters, reply->mutable_parameters());
     }
@@ -223,9 +236,16 @@ class LearnerServer::Impl final : public remote::Learner::Service {
     RemoteActorStats stats;
     double first_seen = 0;  // 0: not yet
     int open = 0;           // its insert streams open now
-    bool said_hello = false;
+    bool joined = false;    // said hello, or streamed unrolls
   };
 
+  // Counts `known` as joined, once; mu_ held.
+  void join(Known& known) {
+    if (known.joined) return;
+    known.joined = true;
+    ++joined_;
+    changed_.notify_all();
+  }
   static double seconds_now() {
     return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
   }
@@ -283,11 +303,13 @@ class LearnerServer::Impl final : public remote::Learner::Service {
   int port_ = 0;
   std::string address_;
   std::unique_ptr<grpc::Server> server_;
+  // Tells this server's versions from those of an earlier one at the same address.
+  const std::uint64_t incarnation_ = draw_incarnation();
 
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;
   std::map<int, Known> actors_;  // under mu_
-  int said_hello_ = 0;           // distinct actors that said hello, under mu_
+  int joined_ = 0;               // distinct actors that said hello or streamed, under mu_
   LearnerServerStats totals_;    // under mu_ (its actors left empty)
   int open_streams_ = 0;         // under mu_
   bool finishing_ = false;       // under mu_

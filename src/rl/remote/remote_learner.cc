@@ -174,12 +174,14 @@ class RemoteLearner::Impl {
   void fetch(ParameterStore& store, const std::atomic<bool>& stop, std::atomic<bool>& finished) {
     Backoff backoff(options_.address, options_.timeout);
     std::int64_t have = 0;
+    std::uint64_t incarnation = 0;  // of the learner that gave `have`
     while (!stop && !finished) {
       grpc::ClientContext context;
       context.set_deadline(std::chrono::system_clock::now() + options_.poll_wait +
                            options_.call_timeout);
       remote::ParametersRequest request;
       request.set_have_version(have);
+      request.set_incarnation(incarnation);
       request.set_wait_ms(static_cast<int>(options_.poll_wait.count()));
       request.set_actor(assignment_.actor);
       remote::ParametersReply reply;
@@ -189,6 +191,11 @@ class RemoteLearner::Impl {
         continue;
       }
       backoff.succeeded();
+      // A learner restarted (maybe from an older checkpoint): its versions replace ours.
+      if (reply.incarnation() != incarnation) {
+        incarnation = reply.incarnation();
+        have = 0;
+      }
       if (reply.version() > have) {
         auto snapshot = std::make_shared<PolicySnapshot>();
         snapshot->version = reply.version();
@@ -197,9 +204,11 @@ class RemoteLearner::Impl {
                               " are not a whole number of floats",
                           options_.address);
         }
-        // Versions only go up here: a learner restarted from an older checkpoint feeds this
-        // actor again once its versions pass the ones the actor has.
-        if (snapshot->version > store.version()) store.publish(std::move(snapshot));
+        if (snapshot->version > store.version()) {
+          store.publish(std::move(snapshot));
+        } else {
+          store.replace(std::move(snapshot));  // a restarted learner's, maybe lower
+        }
         have = reply.version();
         std::lock_guard lock(mu_);
         ++counts_.versions;
