@@ -299,7 +299,7 @@ Outcome Agent::run_generation(const Membership& m) {
     for (const Workers::Exit& exit : workers_.take_exits()) {
       worker_beats.erase(exit.rank);
       if (Workers::failed(exit.status)) {
-        end(g, true, Workers::describe(exit.rank, exit.status) + " on " + describe_);
+        end(g, true, Workers::describe(exit) + " on " + describe_);
       } else {
         ++exited_ok;
       }

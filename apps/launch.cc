@@ -8,13 +8,23 @@
 // runs sharing one Redis do not meet each other's keys. The first process to exit non-zero
 // or die by a signal is reported in one line; the others get SIGTERM, then SIGKILL 2 s later.
 //
+// With --actors K the P processes are the learner of an IMPALA job and K actor processes
+// (`replicator rl actor`) play for it: the learner's command gets `--remote-actors K/P
+// --listen 127.0.0.1:PORT` appended (PORT..PORT+P-1 free ones, or --actor-port), and actor i
+// plays for learner process i mod P. An actor that fails is restarted (--actor-restarts
+// times each) while the learner runs; once every learner process exited 0, the actors are
+// given time to see the learner finish and then stopped.
+//
 // With --nnodes, --max-restarts or --rdzv the launcher is the elastic agent of its host
 // (elastic_agent.h): the job restarts after a failure, over the hosts still present.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <memory>
@@ -24,6 +34,7 @@
 
 #include "apps/command.h"
 #include "apps/elastic_agent.h"
+#include "apps/subprocess.h"
 #include "apps/workers.h"
 #include "replicator/config.h"
 #include "replicator/errors.h"
@@ -37,6 +48,8 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kKillGrace = std::chrono::seconds(2);
 // After the last child exited, how long output of processes it left behind is still read.
 constexpr auto kDrainGrace = std::chrono::seconds(1);
+// Once the learner finished, how long its actors have to notice and exit on their own.
+constexpr auto kActorsFinishGrace = std::chrono::seconds(10);
 
 struct LaunchFlags {
   int processes = 0;
@@ -44,6 +57,10 @@ struct LaunchFlags {
   std::string store;
   std::string host;
   std::vector<std::string> command;
+  // actors of an IMPALA learner
+  int actors = 0;
+  int actor_port = 0;
+  int actor_restarts = 3;
   // elastic
   std::string nnodes;
   std::optional<int> max_restarts;
@@ -53,6 +70,52 @@ struct LaunchFlags {
   std::string rdzv_timeout = "5m";
   std::string last_call = "3s";
 };
+
+// What the learner processes and the actors run, for --actors.
+struct ActorPlan {
+  std::vector<std::string> learner;  // the learner's command with its flags appended
+  std::vector<std::vector<std::string>> actors;
+};
+
+ActorPlan plan_actors(const LaunchFlags& flags) {
+  for (const std::string& arg : flags.command) {
+    for (const char* ours : {"--remote-actors", "--listen"}) {
+      if (arg == ours || arg.rfind(std::string(ours) + "=", 0) == 0) {
+        throw ConfigError(std::string("launch: with --actors the launcher sets ") + ours +
+                          " of the learner itself; leave it out of the command (use "
+                          "--actor-port for the port)");
+      }
+    }
+  }
+  if (flags.actors % flags.processes != 0) {
+    throw ConfigError("launch: --actors (" + std::to_string(flags.actors) +
+                      ") must be a multiple of -n (" + std::to_string(flags.processes) +
+                      "): every learner process waits for the same number of actors");
+  }
+  const int port = flags.actor_port != 0 ? flags.actor_port : free_loopback_ports(flags.processes);
+  if (port < 1 || port + flags.processes - 1 > 65535) {
+    throw ConfigError("launch: --actor-port must leave " + std::to_string(flags.processes) +
+                      " ports below 65536, got " + std::to_string(port));
+  }
+  const std::string host = flags.host.empty() ? "127.0.0.1" : flags.host;
+  ActorPlan plan;
+  plan.learner = flags.command;
+  plan.learner.insert(plan.learner.end(),
+                      {"--remote-actors", std::to_string(flags.actors / flags.processes),
+                       "--listen", host + ":" + std::to_string(port)});
+  std::string learners;
+  for (int p = 0; p < flags.processes; ++p) {
+    learners += (p == 0 ? "" : ",") + host + ":" + std::to_string(port + p);
+  }
+  std::array<char, 4096> self{};
+  const ssize_t n = ::readlink("/proc/self/exe", self.data(), self.size() - 1);
+  if (n <= 0) throw Error(std::string("launch: cannot read /proc/self/exe: ") + std::strerror(errno));
+  for (int i = 0; i < flags.actors; ++i) {
+    plan.actors.push_back({std::string(self.data(), static_cast<std::size_t>(n)), "rl", "actor",
+                           "--learner", learners, "--id", std::to_string(i)});
+  }
+  return plan;
+}
 
 int run_plain(const LaunchFlags& flags) {
   TempFolder temp;
@@ -67,44 +130,88 @@ int run_plain(const LaunchFlags& flags) {
     job = "launch-" + std::string(host) + "-" + std::to_string(getpid()) + "-" +
           std::to_string(std::time(nullptr));
   }
+  const ActorPlan plan =
+      flags.actors > 0 ? plan_actors(flags) : ActorPlan{flags.command, {}};
+  // Ranks 0..P-1 are the job's processes, P + i is actor i.
+  const auto is_actor = [&](int rank) { return rank >= flags.processes; };
+  const auto actor_name = [](int i) { return "actor " + std::to_string(i); };
 
   Workers workers;
-  for (int rank = 0; rank < flags.processes; ++rank) {
-    std::vector<std::pair<std::string, std::string>> ours = {
-        {"REPLICATOR_ENGINE", "gloo"},
-        {"REPLICATOR_RANK", std::to_string(rank)},
-        {"REPLICATOR_WORLD_SIZE", std::to_string(flags.processes)},
-        {"REPLICATOR_STORE", store},
-        {"REPLICATOR_HOST_PROCESSES", std::to_string(flags.processes)},
-    };
-    if (flags.local_replicas) {
-      ours.emplace_back("REPLICATOR_LOCAL_REPLICAS", std::to_string(*flags.local_replicas));
+  try {
+    for (int rank = 0; rank < flags.processes; ++rank) {
+      std::vector<std::pair<std::string, std::string>> ours = {
+          {"REPLICATOR_ENGINE", "gloo"},
+          {"REPLICATOR_RANK", std::to_string(rank)},
+          {"REPLICATOR_WORLD_SIZE", std::to_string(flags.processes)},
+          {"REPLICATOR_STORE", store},
+          {"REPLICATOR_HOST_PROCESSES", std::to_string(flags.processes)},
+      };
+      if (flags.local_replicas) {
+        ours.emplace_back("REPLICATOR_LOCAL_REPLICAS", std::to_string(*flags.local_replicas));
+      }
+      if (!flags.host.empty()) ours.emplace_back("REPLICATOR_HOST", flags.host);
+      if (!job.empty()) ours.emplace_back("REPLICATOR_JOB", job);
+      workers.start(rank, plan.learner, child_environment(ours));
     }
-    if (!flags.host.empty()) ours.emplace_back("REPLICATOR_HOST", flags.host);
-    if (!job.empty()) ours.emplace_back("REPLICATOR_JOB", job);
-    try {
-      workers.start(rank, flags.command, child_environment(ours));
-    } catch (const Error& e) {
-      say(e.what());
-      return 2;  // ~Workers kills what was started
+    for (std::size_t i = 0; i < plan.actors.size(); ++i) {
+      workers.start(flags.processes + static_cast<int>(i), plan.actors[i], child_environment({}),
+                    actor_name(static_cast<int>(i)));
     }
+  } catch (const Error& e) {
+    say(e.what());
+    return 2;  // ~Workers kills what was started
   }
 
   std::optional<int> failure;
   std::optional<Clock::time_point> drain_until;
+  std::optional<Clock::time_point> actors_until;  // set once every learner process exited 0
+  int learners_running = flags.processes;
+  std::vector<int> restarts(plan.actors.size(), 0);
   for (;;) {
     const Clock::time_point now = Clock::now();
     if (!workers.any_running()) {
       if (!drain_until) drain_until = now + kDrainGrace;
       if (!workers.any_open() || now >= *drain_until) break;
     }
+    if (actors_until && now >= *actors_until) {
+      say("the actors did not exit " + std::to_string(kActorsFinishGrace.count()) +
+          " s after the learner finished; stopping them");
+      workers.stop(kKillGrace);
+      actors_until.reset();
+    }
     workers.pump(drain_until ? std::chrono::ceil<std::chrono::milliseconds>(*drain_until - now)
                              : std::chrono::milliseconds(1000));
     for (const Workers::Exit& exit : workers.take_exits()) {
-      if (Workers::failed(exit.status) && !failure) {
-        failure = exit.rank;
-        say(Workers::describe(exit.rank, exit.status));
-        workers.stop(kKillGrace);
+      if (!is_actor(exit.rank)) {
+        --learners_running;
+        if (Workers::failed(exit.status) && !failure) {
+          failure = exit.rank;
+          say(Workers::describe(exit));
+          workers.stop(kKillGrace);
+        }
+        if (learners_running == 0 && !failure && !plan.actors.empty()) {
+          actors_until = Clock::now() + kActorsFinishGrace;
+        }
+        continue;
+      }
+      if (!Workers::failed(exit.status) || failure || learners_running == 0 ||
+          workers.interrupted() != 0) {
+        continue;
+      }
+      const auto i = static_cast<std::size_t>(exit.rank - flags.processes);
+      if (restarts[i] >= flags.actor_restarts) {
+        say(Workers::describe(exit) + "; not restarted (--actor-restarts " +
+            std::to_string(flags.actor_restarts) + " used up)");
+        continue;
+      }
+      ++restarts[i];
+      say(Workers::describe(exit) + "; restarting it (" + std::to_string(restarts[i]) + " of " +
+          std::to_string(flags.actor_restarts) + ")");
+      try {
+        workers.start(exit.rank, plan.actors[i], child_environment({}),
+                      actor_name(static_cast<int>(i)));
+      } catch (const Error& e) {
+        say(e.what());
       }
     }
   }
@@ -146,8 +253,8 @@ Command add_launch(CLI::App& app) {
       "launch",
       "Start the processes of a gloo job: replicator launch -n P -- prog args...; with --nnodes "
       "or --max-restarts, an elastic job that restarts after failures");
-  sub->add_option("-n,--processes,--nproc-per-node", flags->processes, "Processes on this host")
-      ->required();
+  sub->add_option("-n,--processes,--nproc-per-node", flags->processes,
+                  "Processes on this host (required; with --actors, 1 by default)");
   sub->add_option("--local-replicas", flags->local_replicas,
                   "Replicas (threads) per process; sets REPLICATOR_LOCAL_REPLICAS");
   sub->add_option("--store", flags->store,
@@ -178,15 +285,33 @@ Command add_launch(CLI::App& app) {
                   "generation starts (it starts at once when MAX, or every host of the "
                   "generation before, joined)")
       ->capture_default_str();
+  sub->add_option("--actors", flags->actors,
+                  "IMPALA: also start this many actor processes (replicator rl actor) for the "
+                  "learner the -n processes run; appends --remote-actors and --listen to its "
+                  "command")
+      ->check(CLI::Range(0, 1 << 16));
+  sub->add_option("--actor-port", flags->actor_port,
+                  "IMPALA: the port learner process 0 serves actors on (process r: port + r; "
+                  "default: free ones)")
+      ->check(CLI::Range(0, 65535));
+  sub->add_option("--actor-restarts", flags->actor_restarts,
+                  "IMPALA: how often each actor that fails is restarted while the learner runs")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   sub->add_option("command", flags->command,
                   "The program and its arguments, after --: every process runs it");
   sub->footer(
       "Each line a process prints is shown prefixed with [rank i]. Without the elastic flags, "
       "if a process exits non-zero or dies by a signal, the others are stopped (SIGTERM, then "
-      "SIGKILL after 2 s) and the launcher exits 1. Elastic jobs run on the gloo engine only; "
+      "SIGKILL after 2 s) and the launcher exits 1; with --actors, an actor that fails is "
+      "restarted instead. Elastic jobs run on the gloo engine only; "
       "see the README (Elastic jobs) for what a restart guarantees.");
   return {
       sub, [flags]() -> int {
+        if (flags->processes == 0 && flags->actors > 0) flags->processes = 1;
+        if (flags->processes == 0) {
+          throw ConfigError("launch: -n P is required: the processes to start on this host");
+        }
         if (flags->processes < 1) {
           throw ConfigError("launch: -n must be at least 1, got " +
                             std::to_string(flags->processes));
@@ -202,6 +327,9 @@ Command add_launch(CLI::App& app) {
         }
         const bool elastic = !flags->nnodes.empty() || flags->max_restarts || !flags->rdzv.empty();
         if (!elastic) return run_plain(*flags);
+        if (flags->actors > 0) {
+          throw ConfigError("launch: --actors is for jobs that are not elastic");
+        }
         if (!flags->store.empty()) {
           throw ConfigError(
               "launch: --store is for jobs that are not elastic; an elastic job meets "

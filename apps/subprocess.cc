@@ -1,8 +1,13 @@
 #include "apps/subprocess.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 
@@ -52,6 +57,45 @@ nlohmann::ordered_json result_with(const std::string& output, const std::string&
   if (found.is_null())
     throw Error("no result line with \"" + field + "\" in the output of: " + command);
   return found;
+}
+
+namespace {
+
+// Whether a TCP socket can be bound to 127.0.0.1:`port` now.
+bool port_free(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+int free_loopback_ports(int count) {
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) break;
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    int base = -1;
+    if (::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+      base = ntohs(address.sin_port);
+    }
+    ::close(fd);
+    if (base < 0 || base + count > 65535) continue;
+    bool all = true;
+    for (int p = base; p < base + count && all; ++p) all = port_free(p);
+    if (all) return base;
+  }
+  throw Error("cannot find " + std::to_string(count) + " free consecutive ports");
 }
 
 }  // namespace replicator::apps

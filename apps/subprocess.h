@@ -22,4 +22,10 @@ std::string run_capture(const std::string& command);
 nlohmann::ordered_json result_with(const std::string& output, const std::string& field,
                                    const std::string& command);
 
+// The first of `count` consecutive TCP ports on 127.0.0.1 that are free now, from the
+// kernel's ephemeral range. Another program may still take one before the caller's server
+// binds it (which then fails naming the address). Never blocks. Throws Error when none is
+// found.
+int free_loopback_ports(int count = 1);
+
 }  // namespace replicator::apps

@@ -48,7 +48,7 @@ void emit(std::string& pending, int out_fd, const std::string& prefix, std::stri
   if (!out.empty()) write_all(out_fd, out);
 }
 
-std::string prefix_of(int rank) { return "[rank " + std::to_string(rank) + "] "; }
+std::string prefix_of(const std::string& name) { return "[" + name + "] "; }
 
 }  // namespace
 
@@ -96,15 +96,14 @@ TempFolder::~TempFolder() {
 
 void say(const std::string& line) { write_all(STDERR_FILENO, "replicator launch: " + line + "\n"); }
 
-std::string Workers::describe(int rank, int status) {
-  if (WIFSIGNALED(status)) {
-    const int signal = WTERMSIG(status);
+std::string Workers::describe(const Exit& exit) {
+  if (WIFSIGNALED(exit.status)) {
+    const int signal = WTERMSIG(exit.status);
     const char* name = strsignal(signal);
-    return "rank " + std::to_string(rank) + " was killed by signal " + std::to_string(signal) +
-           " (" + (name != nullptr ? name : "unknown") + ")";
+    return exit.name + " was killed by signal " + std::to_string(signal) + " (" +
+           (name != nullptr ? name : "unknown") + ")";
   }
-  return "rank " + std::to_string(rank) + " exited with status " +
-         std::to_string(WEXITSTATUS(status));
+  return exit.name + " exited with status " + std::to_string(WEXITSTATUS(exit.status));
 }
 
 bool Workers::failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
@@ -146,7 +145,8 @@ Workers::~Workers() {
 }
 
 void Workers::start(int rank, const std::vector<std::string>& command,
-                    const std::vector<std::string>& env) {
+                    const std::vector<std::string>& env, const std::string& name) {
+  const std::string shown = name.empty() ? "rank " + std::to_string(rank) : name;
   int out[2] = {-1, -1};
   int err[2] = {-1, -1};
   int report[2] = {-1, -1};  // the child writes errno here if exec fails
@@ -155,7 +155,7 @@ void Workers::start(int rank, const std::vector<std::string>& command,
     for (int fd : {out[0], out[1], err[0], err[1], report[0], report[1]}) {
       if (fd >= 0) ::close(fd);
     }
-    throw Error("launch: cannot make pipes for rank " + std::to_string(rank) + ": " +
+    throw Error("launch: cannot make pipes for " + shown + ": " +
                 errno_text(error));
   }
   // Everything the child needs is made before fork: it only calls async-signal-safe code.
@@ -207,11 +207,12 @@ void Workers::start(int rank, const std::vector<std::string>& command,
     waitpid(pid, &status, 0);
     ::close(out[0]);
     ::close(err[0]);
-    throw Error("launch: cannot start '" + command[0] + "' as rank " + std::to_string(rank) + ": " +
+    throw Error("launch: cannot start '" + command[0] + "' as " + shown + ": " +
                 errno_text(exec_error));
   }
   Child child;
   child.rank = rank;
+  child.name = shown;
   child.pid = pid;
   child.running = true;
   child.streams[0] = {out[0], STDOUT_FILENO, {}};
@@ -225,7 +226,7 @@ void Workers::reap() {
     int status = 0;
     if (waitpid(child.pid, &status, WNOHANG) != child.pid) continue;
     child.running = false;
-    exits_.push_back({child.rank, status});
+    exits_.push_back({child.rank, status, child.name});
   }
 }
 
@@ -269,12 +270,12 @@ void Workers::read_stream(Child& child, Stream& stream) {
   const ssize_t n = ::read(stream.fd, buffer, sizeof(buffer));
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
   if (n <= 0) {
-    emit(stream.pending, stream.out, prefix_of(child.rank), {}, true);
+    emit(stream.pending, stream.out, prefix_of(child.name), {}, true);
     ::close(stream.fd);
     stream.fd = -1;
     return;
   }
-  emit(stream.pending, stream.out, prefix_of(child.rank),
+  emit(stream.pending, stream.out, prefix_of(child.name),
        std::string_view(buffer, static_cast<std::size_t>(n)), false);
 }
 
@@ -336,7 +337,7 @@ void Workers::clear() {
   for (Child& child : children_) {
     for (Stream& s : child.streams) {
       if (s.fd < 0) continue;
-      emit(s.pending, s.out, prefix_of(child.rank), {}, true);
+      emit(s.pending, s.out, prefix_of(child.name), {}, true);
       ::close(s.fd);
       s.fd = -1;
     }

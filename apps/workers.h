@@ -2,7 +2,7 @@
 //
 // Each child runs in its own process group (signals reach what it starts too) and dies with
 // the launcher (PR_SET_PDEATHSIG: a killed launcher leaves no worker behind). Its output
-// is printed line by line, each line prefixed with "[rank i] " and written with one
+// is printed line by line, each line prefixed with "[rank i] " (or "[<name>] ") and written with one
 // write(2), so that lines of different ranks never interleave. Children read stdin from
 // /dev/null, except rank 0 when the launcher's stdin is not a terminal.
 //
@@ -32,7 +32,8 @@ class Workers {
 
   struct Exit {
     int rank = 0;
-    int status = 0;  // as waitpid reports it
+    int status = 0;    // as waitpid reports it
+    std::string name;  // as start() was given it
   };
 
   // Throws Error when the signalfd cannot be made.
@@ -42,10 +43,12 @@ class Workers {
   Workers(const Workers&) = delete;
   Workers& operator=(const Workers&) = delete;
 
-  // Starts `command` as rank `rank` with environment `env` (NAME=value entries). Throws
-  // Error naming the program when it cannot be started (not found, not executable).
+  // Starts `command` as rank `rank` with environment `env` (NAME=value entries); its lines
+  // and its exit are shown under `name` ("rank <rank>" when empty). A rank may be started
+  // again once its process exited. Throws Error naming the program when it cannot be started
+  // (not found, not executable).
   void start(int rank, const std::vector<std::string>& command,
-             const std::vector<std::string>& env);
+             const std::vector<std::string>& env, const std::string& name = {});
 
   // Waits up to `timeout` for output, exits and signals, and handles what came: prints
   // output, reaps children, forwards SIGINT/SIGTERM, sends SIGKILL to what is left once the
@@ -67,8 +70,9 @@ class Workers {
   // Prints what is left of unfinished lines, closes every pipe and forgets the children.
   void clear();
 
-  // "rank 1 exited with status 3" / "rank 1 was killed by signal 9 (Killed)".
-  static std::string describe(int rank, int status);
+  // "rank 1 exited with status 3" / "rank 1 was killed by signal 9 (Killed)" (the exit's name
+  // in place of "rank 1").
+  static std::string describe(const Exit& exit);
   static bool failed(int status);
 
  private:
@@ -79,6 +83,7 @@ class Workers {
   };
   struct Child {
     int rank = 0;
+    std::string name;
     pid_t pid = -1;
     bool running = false;
     Stream streams[2];

@@ -14,6 +14,8 @@
 #       restart-learner  the learner SIGKILLed and started again from its checkpoint within the
 #                     actors' timeout: the actors stay, stream to it without a new hello and
 #                     take its parameters although its versions are below theirs.
+#       launch        `replicator launch --actors 2` starts the learner and its 2 actors; an
+#                     actor SIGKILLed mid-stream is restarted by the launcher and rejoins.
 #       two-hosts     the learner in one network namespace, 2 actors in another
 #                     (tests/engines/netns.sh): CartPole solved. 77 where namespaces cannot
 #                     be made.
@@ -213,6 +215,29 @@ lags = [(r["step"], r["policy_lag"]) for r in map(json.loads, open(sys.argv[1]))
 assert lags and all(lag >= 0 for _, lag in lags), lags
 PY
     echo "learner restarted from step 200: both actors stayed and fed it to step $steps"
+    ;;
+  launch)
+    "$bin" launch --actors 2 -- "$bin" train impala --env cartpole --no-progress --report-every 50 --frames 1500000 \
+      --json > "$work/launch.out" 2> "$work/learner.log" &
+    launcher=$!
+    pids+=($launcher)
+    wait_for "$work/learner.log" 'remote 2/2'
+    victim=$(pgrep -f -- "rl actor --learner [^ ]* --id 0\$") || fail "no process of actor 0"
+    kill -9 $victim
+    wait "$launcher" || fail "the launcher failed"
+    sed -n 's/^\[rank 0\] \({.*\)$/\1/p' "$work/launch.out" > "$work/learner.json"
+    grep -q '^replicator launch: actor 0 was killed by signal 9 (Killed); restarting it (1 of 3)$' \
+      "$work/learner.log" || fail "the launcher did not say it restarts actor 0"
+    grep -q 'remote actor 0 ([^)]*): [0-9]* unrolls, .*, 2 streams (1 broken)' "$work/learner.log" ||
+      fail "the learner does not show actor 0's broken stream and its second one"
+    for id in 0 1; do
+      grep -q "^\[actor $id\] actor $id: the learner at 127.0.0.1:[0-9]* finished" "$work/learner.log" ||
+        fail "actor $id did not see the learner finish"
+    done
+    [[ $(json_field "$work/learner.json" remote_actors) == 2 ]] || fail "not 2 remote actors"
+    steps=$(json_field "$work/learner.json" steps)
+    (( steps == 2344 )) || fail "the learner made $steps steps, not 2344"
+    echo "launch --actors 2: actor 0 killed, restarted by the launcher, rejoined"
     ;;
   two-hosts)
     netns_cleanup_extra() { cleanup; }
