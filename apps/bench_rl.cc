@@ -30,10 +30,10 @@
 #include <vector>
 
 #include "apps/blas.h"
+#include "apps/bench_rows.h"
 #include "apps/command.h"
 #include "apps/subprocess.h"
 #include "bench/env_speed.h"
-#include "bench/median.h"
 #include "replicator/errors.h"
 #include "replicator/replicator.h"
 #include "replicator/rl/learner.h"
@@ -141,10 +141,6 @@ double learner_frames_per_s(const LearnerCase& c, int R, int updates) {
   return static_cast<double>(updates) * static_cast<double>(share * R) * kUnroll / seconds;
 }
 
-struct Row {
-  std::string name;
-  std::vector<double> fps;
-};
 
 // The peer script next to the build (<root>/build/replicator → <root>/bench) or where
 // `cmake --install` puts it (share/replicator); empty if neither.
@@ -187,49 +183,35 @@ int run_bench_rl(const BenchRlFlags& f) {
                                           " --actors 2 --json --frames " +
                                           std::to_string(flags.frames)}};
 
-  std::vector<Row> rows = {{"env cartpole M=64", {}}};
+  std::vector<BenchRow> rows = {{"env cartpole M=64", "frames/s"}};
   const auto learner_row = [](const LearnerCase& c, int R) {
     return "learner " + c.name + " R=" + std::to_string(R);
   };
   for (const LearnerCase& c : learner_cases()) {
-    for (const int R : {1, 2}) rows.push_back({learner_row(c, R), {}});
+    for (const int R : {1, 2}) rows.push_back({learner_row(c, R), "frames/s"});
   }
   const std::size_t first_job = rows.size();
-  for (const auto& j : jobs) rows.push_back({j.first, {}});
+  for (const auto& j : jobs) rows.push_back({j.first, "frames/s"});
   for (int r = 0; r < flags.repeats; ++r) {
-    rows[0].fps.push_back(bench::env_speed("cartpole", 64, 20000).frames_per_s);
+    rows[0].values.push_back(bench::env_speed("cartpole", 64, 20000).frames_per_s);
     std::size_t row = 1;
     for (const LearnerCase& c : learner_cases()) {
       for (const int R : {1, 2})
-        rows[row++].fps.push_back(learner_frames_per_s(c, R, flags.updates));
+        rows[row++].values.push_back(learner_frames_per_s(c, R, flags.updates));
     }
     for (std::size_t k = 0; k < jobs.size(); ++k) {
       const std::string& command = jobs[k].second + " 2>/dev/null";
       const Json result = result_with(run_capture(command), "frames_per_s", command);
-      rows[first_job + k].fps.push_back(result["frames_per_s"].get<double>());
+      rows[first_job + k].values.push_back(result["frames_per_s"].get<double>());
     }
     if (!flags.json) std::fprintf(stderr, "  repeat %d/%d done\n", r + 1, flags.repeats);
   }
   if (!flags.json) std::printf("# %s\n", blas_description().c_str());
-  std::map<std::string, double> med;
-  for (const Row& row : rows) med[row.name] = bench::median(row.fps);
-  for (const Row& row : rows) {
-    const double lo = *std::min_element(row.fps.begin(), row.fps.end());
-    const double hi = *std::max_element(row.fps.begin(), row.fps.end());
-    if (flags.json) {
-      std::printf("%s\n", Json{{"type", "rl"},
-                               {"row", row.name},
-                               {"blas", blas_description()},
-                               {"frames_per_s", med[row.name]},
-                               {"min", lo},
-                               {"max", hi},
-                               {"repeats", flags.repeats}}
-                              .dump()
-                              .c_str());
-    } else {
-      std::printf("%-30s %12.0f frames/s  [%.0f..%.0f]\n", row.name.c_str(), med[row.name], lo, hi);
-    }
-  }
+  const BenchPrint how{.type = "rl",
+                       .value_key = "frames_per_s",
+                       .json = flags.json,
+                       .extra = {{"blas", blas_description()}}};
+  std::map<std::string, double> med = print_bench_rows(rows, how);
   const double r1 = med["job R=1, actor per free core"];
   std::vector<std::pair<std::string, double>> ratios;
   for (const LearnerCase& c : learner_cases()) {
@@ -241,14 +223,7 @@ int run_bench_rl(const BenchRlFlags& f) {
                                {"job R=1, 2 actors / sync loop",
                                 med["job R=1, 2 actors"] / med["job sync (actors 0, R=1)"]},
                                {"job R=2 / R=1", med["job R=2, actor per free core"] / r1}});
-  for (const auto& [name, value] : ratios) {
-    if (flags.json) {
-      std::printf("%s\n",
-                  Json{{"type", "rl_ratio"}, {"ratio", name}, {"value", value}}.dump().c_str());
-    } else {
-      std::printf("# %-34s %.2f\n", name.c_str(), value);
-    }
-  }
+  print_bench_ratios(ratios, how);
   return 0;
 }
 

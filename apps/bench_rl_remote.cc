@@ -9,10 +9,6 @@
 //              and 2 actor processes (`replicator rl actor`) on loopback: frames learned per
 //              second.
 // MB/s counts the unroll's arrays (observations, actions, rewards, done, logits).
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -24,9 +20,9 @@
 #include <thread>
 #include <vector>
 
+#include "apps/bench_rows.h"
 #include "apps/command.h"
 #include "apps/subprocess.h"
-#include "bench/median.h"
 #include "replicator/errors.h"
 #include "replicator/rl/env.h"
 #include "replicator/rl/trajectory_queue.h"
@@ -38,7 +34,6 @@
 namespace replicator::apps {
 namespace {
 
-using Json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
 struct Flags {
@@ -137,21 +132,6 @@ double over_grpc(const rl::Unroll& u, std::int64_t n, int streams) {
   return r;
 }
 
-// A TCP port on loopback that was free a moment ago.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof a;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &length) != 0) {
-    if (fd >= 0) ::close(fd);
-    throw ConfigError("bench rl-remote: no free port on loopback");
-  }
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 #endif
 
 // `measure(n)` (unrolls/s over n unrolls) with n chosen from a short probe so that it takes
@@ -162,12 +142,6 @@ double sized(double seconds, Measure&& measure) {
   return measure(std::max<std::int64_t>(500, static_cast<std::int64_t>(probe * seconds)));
 }
 
-struct Row {
-  std::string name;
-  std::string unit;
-  double bytes_per_item = 0;  // for MB/s; 0: none
-  std::vector<double> values;
-};
 
 int run(const Flags& f) {
 #ifndef REPLICATOR_HAVE_GRPC
@@ -177,18 +151,18 @@ int run(const Flags& f) {
   const std::string self = quote(self_path());
   const std::string job = self + " train impala --env cartpole --no-progress --json --frames " +
                           std::to_string(f.frames) + " --report-every 100";
-  std::vector<Row> rows;
+  std::vector<BenchRow> rows;
   const std::vector<std::string> envs = {"cartpole", "breakout"};
   std::map<std::string, rl::Unroll> unrolls;
   for (const std::string& env : envs) {
     unrolls[env] = synthetic(env);
     const double bytes = bytes_of(unrolls[env]);
-    rows.push_back({"queue in-process, " + env, "unrolls/s", bytes, {}});
-    rows.push_back({"gRPC loopback 1 stream, " + env, "unrolls/s", bytes, {}});
-    rows.push_back({"gRPC loopback 2 streams, " + env, "unrolls/s", bytes, {}});
+    rows.push_back({"queue in-process, " + env, "unrolls/s", bytes});
+    rows.push_back({"gRPC loopback 1 stream, " + env, "unrolls/s", bytes});
+    rows.push_back({"gRPC loopback 2 streams, " + env, "unrolls/s", bytes});
   }
-  rows.push_back({"job R=1, 2 actor threads", "frames/s", 0, {}});
-  rows.push_back({"job R=1, 2 actor processes", "frames/s", 0, {}});
+  rows.push_back({"job R=1, 2 actor threads", "frames/s"});
+  rows.push_back({"job R=1, 2 actor processes", "frames/s"});
   for (int r = 0; r < f.repeats; ++r) {
     std::size_t row = 0;
     for (const std::string& env : envs) {
@@ -203,7 +177,7 @@ int run(const Flags& f) {
     const std::string threads = job + " --actors 2 2>/dev/null";
     rows[row++].values.push_back(
         result_with(run_capture(threads), "frames_per_s", threads)["frames_per_s"].get<double>());
-    const std::string address = "127.0.0.1:" + std::to_string(free_port());
+    const std::string address = "127.0.0.1:" + std::to_string(free_loopback_ports());
     const std::string actor =
         self + " rl actor --no-progress --learner " + address + " >/dev/null 2>&1 & ";
     const std::string processes =
@@ -213,26 +187,8 @@ int run(const Flags& f) {
             .get<double>());
     if (!f.json) std::fprintf(stderr, "  repeat %d/%d done\n", r + 1, f.repeats);
   }
-  std::map<std::string, double> med;
-  for (const Row& row : rows) {
-    med[row.name] = bench::median(row.values);
-    const double lo = *std::min_element(row.values.begin(), row.values.end());
-    const double hi = *std::max_element(row.values.begin(), row.values.end());
-    const double mb = row.bytes_per_item * med[row.name] / 1e6;
-    if (f.json) {
-      Json j = {{"type", "rl_remote"},     {"row", row.name}, {"unit", row.unit},
-                {"median", med[row.name]}, {"min", lo},       {"max", hi},
-                {"repeats", f.repeats}};
-      if (row.bytes_per_item > 0) j["mb_per_s"] = mb;
-      std::printf("%s\n", j.dump().c_str());
-    } else if (row.bytes_per_item > 0) {
-      std::printf("%-34s %10.0f %s  %8.1f MB/s  [%.0f..%.0f]\n", row.name.c_str(), med[row.name],
-                  row.unit.c_str(), mb, lo, hi);
-    } else {
-      std::printf("%-34s %10.0f %s  [%.0f..%.0f]\n", row.name.c_str(), med[row.name],
-                  row.unit.c_str(), lo, hi);
-    }
-  }
+  const BenchPrint how{.type = "rl_remote", .json = f.json};
+  std::map<std::string, double> med = print_bench_rows(rows, how);
   // What the learner of the threads' job took per second, in unrolls: the service's
   // capacity over it says whether the service can be the bottleneck.
   const double needed = med["job R=1, 2 actor threads"] / kUnroll;
@@ -245,15 +201,7 @@ int run(const Flags& f) {
        med["gRPC loopback 2 streams, cartpole"] / needed},
       {"job: actor processes / actor threads",
        med["job R=1, 2 actor processes"] / med["job R=1, 2 actor threads"]}};
-  for (const auto& [name, value] : ratios) {
-    if (f.json) {
-      std::printf(
-          "%s\n",
-          Json{{"type", "rl_remote_ratio"}, {"ratio", name}, {"value", value}}.dump().c_str());
-    } else {
-      std::printf("# %-46s %.2f\n", name.c_str(), value);
-    }
-  }
+  print_bench_ratios(ratios, how);
   return 0;
 #endif
 }

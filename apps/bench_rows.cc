@@ -1,0 +1,54 @@
+#include "apps/bench_rows.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "bench/median.h"
+#include "replicator/errors.h"
+
+namespace replicator::apps {
+
+std::map<std::string, double> print_bench_rows(const std::vector<BenchRow>& rows,
+                                               const BenchPrint& how) {
+  std::map<std::string, double> medians;
+  for (const BenchRow& row : rows) {
+    if (row.values.empty()) throw InvalidArgument("bench: row '" + row.name + "' has no values");
+    const double med = bench::median(row.values);
+    const double lo = *std::min_element(row.values.begin(), row.values.end());
+    const double hi = *std::max_element(row.values.begin(), row.values.end());
+    const double mb = row.bytes_per_item * med / 1e6;
+    medians[row.name] = med;
+    if (how.json) {
+      nlohmann::ordered_json j = {{"type", how.type}, {"row", row.name}, {"unit", row.unit},
+                                  {how.value_key, med}, {"min", lo},     {"max", hi},
+                                  {"repeats", row.values.size()}};
+      if (row.bytes_per_item > 0) j["mb_per_s"] = mb;
+      for (const auto& [key, value] : how.extra.items()) j[key] = value;
+      std::printf("%s\n", j.dump().c_str());
+    } else if (row.bytes_per_item > 0) {
+      std::printf("%-36s %12.0f %s  %8.1f MB/s  [%.0f..%.0f]\n", row.name.c_str(), med,
+                  row.unit.c_str(), mb, lo, hi);
+    } else {
+      std::printf("%-36s %12.0f %s  [%.0f..%.0f]\n", row.name.c_str(), med, row.unit.c_str(), lo,
+                  hi);
+    }
+  }
+  return medians;
+}
+
+void print_bench_ratios(const std::vector<std::pair<std::string, double>>& ratios,
+                        const BenchPrint& how) {
+  for (const auto& [name, value] : ratios) {
+    if (how.json) {
+      std::printf("%s\n", nlohmann::ordered_json{{"type", how.type + "_ratio"},
+                                                 {"ratio", name},
+                                                 {"value", value}}
+                              .dump()
+                              .c_str());
+    } else {
+      std::printf("# %-46s %.2f\n", name.c_str(), value);
+    }
+  }
+}
+
+}  // namespace replicator::apps
