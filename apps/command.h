@@ -35,6 +35,9 @@ Command add_rl_actor(CLI::App& rl);
 // `replicator bench rl-remote` (bench_rl_remote.cc); built with LibTorch only (it fails with
 // a clear error without gRPC).
 Command add_bench_rl_remote(CLI::App& bench);
+// `replicator bench env-server` (bench_env_server.cc); built with LibTorch only (it fails with
+// a clear error without gRPC).
+Command add_bench_env_server(CLI::App& bench);
 // `replicator bench rl` (bench_rl.cc); built with LibTorch only.
 Command add_bench_rl(CLI::App& bench);
 // `replicator bench train` and `replicator bench gan` (bench_train.cc); built with LibTorch

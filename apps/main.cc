@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   commands.push_back(replicator::apps::add_bench_gan(*bench));
   commands.push_back(replicator::apps::add_bench_rl(*bench));
   commands.push_back(replicator::apps::add_bench_rl_remote(*bench));
+  commands.push_back(replicator::apps::add_bench_env_server(*bench));
   CLI::App* rl = app.add_subcommand("rl", "Reinforcement learning: remote actors");
   rl->require_subcommand(1);
   commands.push_back(replicator::apps::add_rl_actor(*rl));

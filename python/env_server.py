@@ -5,26 +5,36 @@ make_remote_env in include/replicator/rl/remote.h), as PolyBeast's environment s
 
     python env_server.py --port 7100 [--host 0.0.0.0] [--threads 8]
 
-Each Open makes a session of M environments, seeded from seed (numpy's SeedSequence), stepped
-together with the
-batched environments' contract (include/replicator/rl/env.h): auto-reset on the next step
-(its action ignored, reward 0), and the episode's return and length on the step that ends
-it. Atari ids ("ALE/Pong-v5") get gymnasium's standard preprocessing: 84x84 grey, 4 frames
-skipped with max-pooling, up to 30 no-ops at reset, 4 stacked frames, as uint8 height x
-width x frames. Other ids send their observations as float32, flattened in C order.
+Each Open makes a session of M environments, seeded from seed (numpy's SeedSequence),
+stepped together with the batched environments' contract (include/replicator/rl/env.h):
+auto-reset on the next step (its action ignored, reward 0), and the episode's return and
+length on the step that ends it. A session unused for --idle-timeout seconds (10 minutes) is
+closed: an actor that died cannot close its own. Atari ids ("ALE/Pong-v5") get gymnasium's
+standard preprocessing: 84x84 grey, 4 frames skipped with max-pooling, up to 30 no-ops at
+reset, 4 stacked frames, as uint8 height x width x frames. Other ids send their observations
+as float32, flattened in C order.
 
 The messages have only length-delimited fields, so this file reads and writes protobuf's
 wire format itself: it needs grpcio and gymnasium (and ale-py for Atari), not protobuf.
 Prints "env server listening on HOST:PORT" once it serves. One Python process steps one
 environment at a time (the GIL): start one server per core and list them all in
 --env-servers.
+
+    python env_server.py --bench ALE/Breakout-v5 --envs 16 [--seconds 5]
+
+steps a session in this process instead, with uniformly random actions, as a Python program
+would without a server, and prints one JSON line: steps/s (environment steps, all M counted)
+of the steps alone and with the reply encoded as the server sends it (`replicator bench
+env-server` sets this beside the same session stepped over gRPC).
 """
 import argparse
 import itertools
+import json
 import signal
 import struct
 import sys
 import threading
+import time
 from concurrent import futures
 
 import grpc
@@ -120,6 +130,7 @@ class Session:
         self.running_length = np.zeros(m, np.int32)
         self.resetting = np.zeros(m, bool)
         self.lock = threading.Lock()
+        self.last_used = time.monotonic()
 
     def reset(self):
         """Starts a new episode in every environment (reset(): rewards, flags, episodes 0)."""
@@ -168,18 +179,36 @@ class Session:
 
 
 class Server:
-    def __init__(self):
+    def __init__(self, idle_timeout):
         self.sessions = {}
         self.ids = itertools.count(1)
         self.lock = threading.Lock()
+        self.idle_timeout = idle_timeout
 
     def session(self, fields, context):
         sid = struct.unpack("<Q", fields.get(1, b"\0" * 8))[0]
         with self.lock:
             s = self.sessions.get(sid)
         if s is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"no session {sid} on this env server")
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no session {sid} on this env server "
+                          f"(closed, or idle for over {self.idle_timeout:g} s)")
+        s.last_used = time.monotonic()
         return s
+
+    def close_idle(self):
+        """Closes the sessions unused for idle_timeout: their actor is gone without Close."""
+        now = time.monotonic()
+        with self.lock:
+            idle = [(sid, s) for sid, s in self.sessions.items()
+                    if now - s.last_used > self.idle_timeout]
+            for sid, _ in idle:
+                del self.sessions[sid]
+        for sid, s in idle:
+            with s.lock:
+                for e in s.envs:
+                    e.close()
+            print(f"env server: session {sid} closed: unused for {now - s.last_used:.0f} s",
+                  file=sys.stderr, flush=True)
 
     def open(self, request, context):
         f = decode(request)
@@ -228,13 +257,49 @@ class Server:
         return b""
 
 
+def bench(env_id, num_envs, seconds, seed):
+    """Steps/s of a session stepped in this process: the steps alone, and with the reply."""
+    s = Session(env_id, num_envs, seed)
+    rng = np.random.default_rng(seed)
+    warm_until = time.perf_counter() + min(seconds, 1.0)  # caches, first episodes' resets
+    while time.perf_counter() < warm_until:
+        s.step(rng.integers(0, s.num_actions, num_envs, dtype=np.int32))
+    rates = {}
+    for encode_reply in (False, True):
+        steps = 0
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            s.step(rng.integers(0, s.num_actions, num_envs, dtype=np.int32))
+            if encode_reply:
+                s.reply()
+            steps += num_envs
+        rates[encode_reply] = steps / (time.perf_counter() - start)
+    print(json.dumps({"type": "env_server_bench", "env": env_id, "envs": num_envs,
+                      "steps_per_s": rates[False], "with_reply_steps_per_s": rates[True]}),
+          flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
     parser.add_argument("--threads", type=int, default=8, help="calls served at once")
+    parser.add_argument("--idle-timeout", type=float, default=600,
+                        help="close a session unused this many seconds (its actor is gone)")
+    parser.add_argument("--bench", metavar="ENV_ID",
+                        help="step ENV_ID in this process and print steps/s; no server")
+    parser.add_argument("--envs", type=int, default=16, help="--bench: environments")
+    parser.add_argument("--seconds", type=float, default=5.0, help="--bench: per measurement")
+    parser.add_argument("--seed", type=int, default=0, help="--bench: seed")
     args = parser.parse_args()
-    impl = Server()
+    if args.bench:
+        if args.envs < 1 or args.seconds <= 0:
+            sys.exit("env server: --envs must be at least 1 and --seconds positive")
+        bench(args.bench, args.envs, args.seconds, args.seed)
+        return
+    if args.idle_timeout <= 0:
+        sys.exit("env server: --idle-timeout must be positive")
+    impl = Server(args.idle_timeout)
     raw = dict(request_deserializer=None, response_serializer=None)
     handlers = {name: grpc.unary_unary_rpc_method_handler(fn, **raw) for name, fn in
                 (("Open", impl.open), ("Reset", impl.reset), ("Step", impl.step),
@@ -251,7 +316,8 @@ def main():
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
-    done.wait()
+    while not done.wait(min(args.idle_timeout / 4, 10.0)):
+        impl.close_idle()
     server.stop(1)
 
 

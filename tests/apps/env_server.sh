@@ -17,9 +17,10 @@ if ! "$python" -c "import gymnasium, grpc" 2>/dev/null; then
   exit 77
 fi
 
-# start_server NAME: an env server in the background ($server_pid), its address in $address.
+# start_server NAME [ARGS...]: an env server in the background ($server_pid), its address in
+# $address.
 start_server() {
-  "$python" "$server_py" --port 0 2> "$work/$1.log" &
+  "$python" "$server_py" --port 0 "${@:2}" 2> "$work/$1.log" &
   server_pid=$!
   pids+=($server_pid)
   for _ in $(seq 300); do
@@ -72,6 +73,29 @@ if "$python" -c "import ale_py, cv2" 2>/dev/null; then
 else
   echo "no ale-py or OpenCV here: Atari not checked"
 fi
+
+# A job killed mid-run cannot close its session: the server closes it once it is unused.
+first_address=$address first_pid=$server_pid
+start_server idle --idle-timeout 1
+"$bin" train impala --env gym:CartPole-v1 --env-servers "$address" --actors 1 \
+  --frames 100000000 "${flags[@]}" > /dev/null 2> "$work/dropped.log" &
+job=$!
+pids+=($job)
+for _ in $(seq 600); do
+  grep -q '^step ' "$work/dropped.log" && break
+  sleep 0.1
+done
+kill -9 "$job"
+wait "$job" 2>/dev/null
+for _ in $(seq 100); do
+  grep -q "env server: session 1 closed: unused for [0-9]* s" "$work/idle.log" && break
+  sleep 0.1
+done
+grep -q "env server: session 1 closed: unused for [0-9]* s" "$work/idle.log" ||
+  fail "the session of a killed job was not closed"
+kill "$server_pid"
+echo "a killed job's session closed by the server: $(grep -m1 'closed' "$work/idle.log")"
+address=$first_address server_pid=$first_pid
 
 # The env server killed mid-run: the job ends non-zero, naming it.
 "$bin" train impala --env gym:CartPole-v1 --env-servers "$address" --actors 1 \
