@@ -18,8 +18,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -68,8 +68,7 @@ class ServerProcess {
     const int error = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&actions);
     if (error != 0) {
-      throw ConfigError("bench env-server: cannot start " + f.python + ": " +
-                        std::strerror(error));
+      throw ConfigError("bench env-server: cannot start " + f.python + ": " + std::strerror(error));
     }
   }
   ~ServerProcess() {
@@ -140,20 +139,19 @@ int run(const Flags& f) {
     rows[2].values.push_back(steps_per_s(*remote, f.seconds, rng));
     if (!f.json) std::fprintf(stderr, "  repeat %d/%d done\n", r + 1, f.repeats);
   }
-  const BenchPrint how{.type = "env_server",
-                       .json = f.json,
-                       .extra = {{"env", f.env}, {"envs", f.envs}}};
+  const BenchPrint how{
+      .type = "env_server", .json = f.json, .extra = {{"env", f.env}, {"envs", f.envs}}};
   if (!f.json) std::printf("# %s, %d environments, random actions\n", f.env.c_str(), f.envs);
   std::map<std::string, double> med = print_bench_rows(rows, how);
   const double server_rate = med["env server via gRPC"];
   const double python_rate = med["python in-process"];
   // Per call of M steps: what the server path adds, in microseconds.
   const double added_us = 1e6 * f.envs * (1 / server_rate - 1 / python_rate);
-  print_bench_ratios({{"env server / python in-process", server_rate / python_rate},
-                      {"env server / python in-process + reply",
-                       server_rate / med["python in-process + reply"]},
-                      {"added per call of M steps, microseconds", added_us}},
-                     how);
+  print_bench_ratios(
+      {{"env server / python in-process", server_rate / python_rate},
+       {"env server / python in-process + reply", server_rate / med["python in-process + reply"]},
+       {"added per call of M steps, microseconds", added_us}},
+      how);
   return 0;
 #endif
 }

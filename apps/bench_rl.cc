@@ -29,8 +29,8 @@
 #include <thread>
 #include <vector>
 
-#include "apps/blas.h"
 #include "apps/bench_rows.h"
+#include "apps/blas.h"
 #include "apps/command.h"
 #include "apps/subprocess.h"
 #include "bench/env_speed.h"
@@ -140,7 +140,6 @@ double learner_frames_per_s(const LearnerCase& c, int R, int updates) {
   if (run_error) std::rethrow_exception(run_error);
   return static_cast<double>(updates) * static_cast<double>(share * R) * kUnroll / seconds;
 }
-
 
 // The peer script next to the build (<root>/build/replicator → <root>/bench) or where
 // `cmake --install` puts it (share/replicator); empty if neither.

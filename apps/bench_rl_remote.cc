@@ -142,7 +142,6 @@ double sized(double seconds, Measure&& measure) {
   return measure(std::max<std::int64_t>(500, static_cast<std::int64_t>(probe * seconds)));
 }
 
-
 int run(const Flags& f) {
 #ifndef REPLICATOR_HAVE_GRPC
   (void)f;

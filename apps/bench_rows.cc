@@ -19,8 +19,12 @@ std::map<std::string, double> print_bench_rows(const std::vector<BenchRow>& rows
     const double mb = row.bytes_per_item * med / 1e6;
     medians[row.name] = med;
     if (how.json) {
-      nlohmann::ordered_json j = {{"type", how.type}, {"row", row.name}, {"unit", row.unit},
-                                  {how.value_key, med}, {"min", lo},     {"max", hi},
+      nlohmann::ordered_json j = {{"type", how.type},
+                                  {"row", row.name},
+                                  {"unit", row.unit},
+                                  {how.value_key, med},
+                                  {"min", lo},
+                                  {"max", hi},
                                   {"repeats", row.values.size()}};
       if (row.bytes_per_item > 0) j["mb_per_s"] = mb;
       for (const auto& [key, value] : how.extra.items()) j[key] = value;
@@ -40,11 +44,11 @@ void print_bench_ratios(const std::vector<std::pair<std::string, double>>& ratio
                         const BenchPrint& how) {
   for (const auto& [name, value] : ratios) {
     if (how.json) {
-      std::printf("%s\n", nlohmann::ordered_json{{"type", how.type + "_ratio"},
-                                                 {"ratio", name},
-                                                 {"value", value}}
-                              .dump()
-                              .c_str());
+      std::printf(
+          "%s\n",
+          nlohmann::ordered_json{{"type", how.type + "_ratio"}, {"ratio", name}, {"value", value}}
+              .dump()
+              .c_str());
     } else {
       std::printf("# %-46s %.2f\n", name.c_str(), value);
     }

@@ -109,7 +109,8 @@ ActorPlan plan_actors(const LaunchFlags& flags) {
   }
   std::array<char, 4096> self{};
   const ssize_t n = ::readlink("/proc/self/exe", self.data(), self.size() - 1);
-  if (n <= 0) throw Error(std::string("launch: cannot read /proc/self/exe: ") + std::strerror(errno));
+  if (n <= 0)
+    throw Error(std::string("launch: cannot read /proc/self/exe: ") + std::strerror(errno));
   for (int i = 0; i < flags.actors; ++i) {
     plan.actors.push_back({std::string(self.data(), static_cast<std::size_t>(n)), "rl", "actor",
                            "--learner", learners, "--id", std::to_string(i)});
@@ -130,8 +131,7 @@ int run_plain(const LaunchFlags& flags) {
     job = "launch-" + std::string(host) + "-" + std::to_string(getpid()) + "-" +
           std::to_string(std::time(nullptr));
   }
-  const ActorPlan plan =
-      flags.actors > 0 ? plan_actors(flags) : ActorPlan{flags.command, {}};
+  const ActorPlan plan = flags.actors > 0 ? plan_actors(flags) : ActorPlan{flags.command, {}};
   // Ranks 0..P-1 are the job's processes, P + i is actor i.
   const auto is_actor = [&](int rank) { return rank >= flags.processes; };
   const auto actor_name = [](int i) { return "actor " + std::to_string(i); };

@@ -155,8 +155,7 @@ void Workers::start(int rank, const std::vector<std::string>& command,
     for (int fd : {out[0], out[1], err[0], err[1], report[0], report[1]}) {
       if (fd >= 0) ::close(fd);
     }
-    throw Error("launch: cannot make pipes for " + shown + ": " +
-                errno_text(error));
+    throw Error("launch: cannot make pipes for " + shown + ": " + errno_text(error));
   }
   // Everything the child needs is made before fork: it only calls async-signal-safe code.
   std::vector<char*> argv;

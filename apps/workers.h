@@ -2,8 +2,8 @@
 //
 // Each child runs in its own process group (signals reach what it starts too) and dies with
 // the launcher (PR_SET_PDEATHSIG: a killed launcher leaves no worker behind). Its output
-// is printed line by line, each line prefixed with "[rank i] " (or "[<name>] ") and written with one
-// write(2), so that lines of different ranks never interleave. Children read stdin from
+// is printed line by line, each line prefixed with "[rank i] " (or "[<name>] ") and written
+// with one write(2), so that lines of different children never interleave. Children read stdin from
 // /dev/null, except rank 0 when the launcher's stdin is not a terminal.
 //
 // Signals: while a Workers lives, SIGCHLD, SIGINT and SIGTERM are blocked and read through a
@@ -47,8 +47,8 @@ class Workers {
   // and its exit are shown under `name` ("rank <rank>" when empty). A rank may be started
   // again once its process exited. Throws Error naming the program when it cannot be started
   // (not found, not executable).
-  void start(int rank, const std::vector<std::string>& command,
-             const std::vector<std::string>& env, const std::string& name = {});
+  void start(int rank, const std::vector<std::string>& command, const std::vector<std::string>& env,
+             const std::string& name = {});
 
   // Waits up to `timeout` for output, exits and signals, and handles what came: prints
   // output, reaps children, forwards SIGINT/SIGTERM, sends SIGKILL to what is left once the

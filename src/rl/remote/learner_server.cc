@@ -215,8 +215,7 @@ class LearnerServer::Impl final : public remote::Learner::Service {
     const Clock::time_point until =
         Clock::now() + milliseconds(std::clamp(request->wait_ms(), 0, 60'000));
     // A caller that knew another incarnation has versions of that one: any version is news.
-    const std::int64_t have =
-        request->incarnation() == incarnation_ ? request->have_version() : 0;
+    const std::int64_t have = request->incarnation() == incarnation_ ? request->have_version() : 0;
     while (store_.version() <= have && !is_finishing() && !context->IsCancelled() &&
            Clock::now() < until) {
       std::this_thread::sleep_for(kPollStep);
