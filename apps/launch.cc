@@ -164,7 +164,8 @@ int run_plain(const LaunchFlags& flags) {
 
   std::optional<int> failure;
   std::optional<Clock::time_point> drain_until;
-  std::optional<Clock::time_point> actors_until;  // set once every learner process exited 0
+  // Set once every learner process exited 0.
+  Clock::time_point actors_until = Clock::time_point::max();
   int learners_running = flags.processes;
   std::vector<int> restarts(plan.actors.size(), 0);
   for (;;) {
@@ -173,11 +174,11 @@ int run_plain(const LaunchFlags& flags) {
       if (!drain_until) drain_until = now + kDrainGrace;
       if (!workers.any_open() || now >= *drain_until) break;
     }
-    if (actors_until && now >= *actors_until) {
+    if (now >= actors_until) {
       say("the actors did not exit " + std::to_string(kActorsFinishGrace.count()) +
           " s after the learner finished; stopping them");
       workers.stop(kKillGrace);
-      actors_until.reset();
+      actors_until = Clock::time_point::max();
     }
     workers.pump(drain_until ? std::chrono::ceil<std::chrono::milliseconds>(*drain_until - now)
                              : std::chrono::milliseconds(1000));

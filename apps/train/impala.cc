@@ -421,12 +421,12 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
             int streaming = 0;
             nlohmann::ordered_json per_actor = nlohmann::ordered_json::array();
             for (const rl::RemoteActorStats& a : remote_stats.actors) {
-              streaming += a.streaming ? 1 : 0;
+              streaming += a.open_streams > 0 ? 1 : 0;
               per_actor.push_back({{"actor", a.actor},
                                    {"frames_per_s", a.seconds > 0 ? a.frames / a.seconds : 0},
                                    {"unrolls", a.unrolls},
                                    {"reconnects", std::max(0, a.streams - 1)},
-                                   {"streaming", a.streaming}});
+                                   {"streaming", a.open_streams > 0}});
             }
             remote_metrics = {{"remote_actors", streaming},
                               {"remote_unrolls", remote_stats.unrolls},

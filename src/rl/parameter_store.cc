@@ -9,14 +9,18 @@ namespace replicator::rl {
 
 void ParameterStore::publish(std::shared_ptr<const PolicySnapshot> snapshot) {
   if (!snapshot) throw InvalidArgument("ParameterStore::publish: the snapshot is null");
-  std::lock_guard lock(mu_);
-  const std::int64_t current = version_.load(std::memory_order_relaxed);
-  if (snapshot->version <= current) {
-    throw InvalidArgument("ParameterStore::publish: version " + std::to_string(snapshot->version) +
-                          " does not follow version " + std::to_string(current));
+  {
+    std::lock_guard lock(mu_);
+    const std::int64_t current = version_.load(std::memory_order_relaxed);
+    if (snapshot->version <= current) {
+      throw InvalidArgument("ParameterStore::publish: version " +
+                            std::to_string(snapshot->version) + " does not follow version " +
+                            std::to_string(current));
+    }
+    latest_ = std::move(snapshot);
+    version_.store(latest_->version, std::memory_order_release);
   }
-  latest_ = std::move(snapshot);
-  version_.store(latest_->version, std::memory_order_release);
+  changed_.notify_all();
 }
 
 void ParameterStore::replace(std::shared_ptr<const PolicySnapshot> snapshot) {
@@ -25,9 +29,19 @@ void ParameterStore::replace(std::shared_ptr<const PolicySnapshot> snapshot) {
     throw InvalidArgument("ParameterStore::replace: version " + std::to_string(snapshot->version) +
                           " is below 1");
   }
-  std::lock_guard lock(mu_);
-  latest_ = std::move(snapshot);
-  version_.store(latest_->version, std::memory_order_release);
+  {
+    std::lock_guard lock(mu_);
+    latest_ = std::move(snapshot);
+    version_.store(latest_->version, std::memory_order_release);
+  }
+  changed_.notify_all();
+}
+
+bool ParameterStore::wait_for_version_above(std::int64_t version,
+                                            std::chrono::steady_clock::time_point until) const {
+  std::unique_lock lock(mu_);
+  return changed_.wait_until(lock, until,
+                             [&] { return version_.load(std::memory_order_relaxed) > version; });
 }
 
 std::shared_ptr<const PolicySnapshot> ParameterStore::latest() const {

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <mutex>
 #include <random>
@@ -62,6 +63,20 @@ TEST(ParameterStoreTest, PublishedVersionsOnlyGoUpAndReplaceTakesAny) {
                InvalidArgument);
   EXPECT_THROW(store.replace(nullptr), InvalidArgument);
   EXPECT_EQ(store.version(), 2);
+}
+
+TEST(ParameterStoreTest, AWaitForANewerVersionEndsWhenOneIsPublishedOrAtItsDeadline) {
+  ParameterStore store;
+  const auto now = std::chrono::steady_clock::now;
+  EXPECT_FALSE(store.wait_for_version_above(0, now() + std::chrono::milliseconds(20)));
+  std::thread publisher([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    store.publish(std::make_shared<PolicySnapshot>(PolicySnapshot{.version = 1}));
+  });
+  EXPECT_TRUE(store.wait_for_version_above(0, now() + std::chrono::seconds(60)));
+  publisher.join();
+  EXPECT_TRUE(store.wait_for_version_above(0, now()));  // already above: no wait
+  EXPECT_FALSE(store.wait_for_version_above(1, now()));
 }
 
 // An actor's unrolls, checked against the environment and the policy: every behaviour logit

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -38,8 +40,14 @@ class ParameterStore {
   // only wants to know whether to fetch. Thread-safe; never throws.
   std::int64_t version() const { return version_.load(std::memory_order_acquire); }
 
+  // BLOCKS until version() is above `version` or `until` passes; returns whether it is.
+  // Wakes at once on publish() and replace(). Thread-safe; never throws.
+  bool wait_for_version_above(std::int64_t version,
+                              std::chrono::steady_clock::time_point until) const;
+
  private:
   mutable std::mutex mu_;
+  mutable std::condition_variable changed_;
   std::shared_ptr<const PolicySnapshot> latest_;  // under mu_
   std::atomic<std::int64_t> version_{0};
 };

@@ -70,7 +70,7 @@ struct RemoteActorStats {
   std::int64_t episodes = 0;  // episodes it reported
   int streams = 0;            // insert streams opened (1 + reconnects)
   int broken_streams = 0;     // streams that ended without the actor closing them
-  bool streaming = false;     // a stream is open now
+  int open_streams = 0;       // of those, open now
   double seconds = 0;         // since its first hello
 };
 

@@ -5,7 +5,6 @@
 #include <map>
 #include <mutex>
 #include <random>
-#include <thread>
 
 #include "learner.grpc.pb.h"
 #include "replicator/errors.h"
@@ -21,7 +20,7 @@ using std::chrono::milliseconds;
 // How often a call that waits (an insert into a full queue, a parameter poll) looks again
 // at the end of the learner and at its client's cancellation.
 constexpr milliseconds kInsertWait{100};
-constexpr milliseconds kPollStep{2};
+constexpr milliseconds kPollStep{50};
 
 // A random non-zero number: two servers started one after the other draw different ones.
 std::uint64_t draw_incarnation() {
@@ -93,7 +92,6 @@ class LearnerServer::Impl final : public remote::Learner::Service {
     const double now = seconds_now();
     for (const auto& [id, a] : actors_) {
       s.actors.push_back(a.stats);
-      s.actors.back().streaming = a.open > 0;
       s.actors.back().seconds = a.first_seen > 0 ? now - a.first_seen : 0;
     }
     return s;
@@ -164,7 +162,7 @@ class LearnerServer::Impl final : public remote::Learner::Service {
         if (known.first_seen == 0) known.first_seen = seconds_now();
         join(known);  // an actor that stayed through a restart of this learner says no hello
         ++known.stats.streams;
-        ++known.open;
+        ++known.stats.open_streams;
       }
       for (const remote::Episode& e : request.episodes()) {
         if (options_.on_episode) options_.on_episode(e.episode_return(), e.length());
@@ -200,7 +198,7 @@ class LearnerServer::Impl final : public remote::Learner::Service {
       if (!status.ok()) ++totals_.rejected;
       if (actor >= 0) {
         Known& known = actors_[actor];
-        --known.open;
+        --known.stats.open_streams;
         // A client that died or dropped the call cancels it; a clean one closes its writes.
         if (!read_all || !status.ok() || context->IsCancelled()) ++known.stats.broken_streams;
       }
@@ -216,9 +214,10 @@ class LearnerServer::Impl final : public remote::Learner::Service {
         Clock::now() + milliseconds(std::clamp(request->wait_ms(), 0, 60'000));
     // A caller that knew another incarnation has versions of that one: any version is news.
     const std::int64_t have = request->incarnation() == incarnation_ ? request->have_version() : 0;
-    while (store_.version() <= have && !is_finishing() && !context->IsCancelled() &&
-           Clock::now() < until) {
-      std::this_thread::sleep_for(kPollStep);
+    // Woken by a new version at once; looks at the learner's end and the client's
+    // cancellation every kPollStep.
+    while (!store_.wait_for_version_above(have, std::min(until, Clock::now() + kPollStep)) &&
+           !is_finishing() && !context->IsCancelled() && Clock::now() < until) {
     }
     reply->set_finished(is_finishing());
     reply->set_incarnation(incarnation_);
@@ -234,7 +233,6 @@ class LearnerServer::Impl final : public remote::Learner::Service {
   struct Known {
     RemoteActorStats stats;
     double first_seen = 0;  // 0: not yet
-    int open = 0;           // its insert streams open now
     bool joined = false;    // said hello, or streamed unrolls
   };
 

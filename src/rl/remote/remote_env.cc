@@ -1,7 +1,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
-#include <cstring>
+#include <span>
 
 #include "env.grpc.pb.h"
 #include "replicator/errors.h"
@@ -11,15 +11,14 @@
 namespace replicator::rl {
 namespace {
 
-template <typename T>
-std::string bytes_of(T value) {
-  return std::string(reinterpret_cast<const char*>(&value), sizeof value);
-}
+using remote_wire::bytes_of;
+
 template <typename T>
 T value_of(const std::string& bytes, const std::string& what) {
   T value{};
-  if (bytes.size() != sizeof value) throw DataError("env server: a malformed " + what, what);
-  std::memcpy(&value, bytes.data(), sizeof value);
+  if (!remote_wire::get_value(bytes, &value)) {
+    throw DataError("env server: a malformed " + what, what);
+  }
   return value;
 }
 
@@ -60,8 +59,7 @@ class RemoteEnv final : public BatchedEnv {
   void do_step(std::span<const std::int32_t> actions) override {
     remote::StepRequest request;
     request.set_session(bytes_of(session_));
-    request.set_actions(std::string(reinterpret_cast<const char*>(actions.data()),
-                                    actions.size() * sizeof(std::int32_t)));
+    remote_wire::put(actions, request.mutable_actions());
     remote::StepReply reply;
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + timeout_);
@@ -83,6 +81,7 @@ class RemoteEnv final : public BatchedEnv {
     const auto m = static_cast<std::size_t>(num_envs());
     const std::size_t values = m * static_cast<std::size_t>(observation_size());
     const bool images = r.dtype() == "u8";
+    // Every size is checked before anything is copied.
     const bool sizes_ok = (images ? r.observations().size() == values
                                   : r.dtype() == "f32" && r.observations().size() == values * 4) &&
                           r.rewards().size() == m * 4 && r.terminated().size() == m &&
@@ -100,13 +99,13 @@ class RemoteEnv final : public BatchedEnv {
         observations_[i] = static_cast<float>(pixels[i]) * (1.0f / 255.0f);
       }
     } else {
-      std::memcpy(observations_.data(), r.observations().data(), values * 4);
+      remote_wire::get_into(r.observations(), std::span<float>(observations_));
     }
-    std::memcpy(rewards_.data(), r.rewards().data(), m * 4);
-    std::memcpy(terminated_.data(), r.terminated().data(), m);
-    std::memcpy(truncated_.data(), r.truncated().data(), m);
-    std::memcpy(episode_return_.data(), r.episode_return().data(), m * 4);
-    std::memcpy(episode_length_.data(), r.episode_length().data(), m * 4);
+    remote_wire::get_into(r.rewards(), std::span<float>(rewards_));
+    remote_wire::get_into(r.terminated(), std::span<std::uint8_t>(terminated_));
+    remote_wire::get_into(r.truncated(), std::span<std::uint8_t>(truncated_));
+    remote_wire::get_into(r.episode_return(), std::span<float>(episode_return_));
+    remote_wire::get_into(r.episode_length(), std::span<std::int32_t>(episode_length_));
   }
 
   std::string address_;
