@@ -254,8 +254,9 @@ Command add_launch(CLI::App& app) {
       "launch",
       "Start the processes of a gloo job: replicator launch -n P -- prog args...; with --nnodes "
       "or --max-restarts, an elastic job that restarts after failures");
-  sub->add_option("-n,--processes,--nproc-per-node", flags->processes,
-                  "Processes on this host (required; with --actors, 1 by default)");
+  CLI::Option* processes =
+      sub->add_option("-n,--processes,--nproc-per-node", flags->processes,
+                      "Processes on this host (required; with --actors, 1 by default)");
   sub->add_option("--local-replicas", flags->local_replicas,
                   "Replicas (threads) per process; sets REPLICATOR_LOCAL_REPLICAS");
   sub->add_option("--store", flags->store,
@@ -308,10 +309,12 @@ Command add_launch(CLI::App& app) {
       "restarted instead. Elastic jobs run on the gloo engine only; "
       "see the README (Elastic jobs) for what a restart guarantees.");
   return {
-      sub, [flags]() -> int {
-        if (flags->processes == 0 && flags->actors > 0) flags->processes = 1;
-        if (flags->processes == 0) {
-          throw ConfigError("launch: -n P is required: the processes to start on this host");
+      sub, [flags, processes]() -> int {
+        if (processes->count() == 0) {
+          if (flags->actors == 0) {
+            throw ConfigError("launch: -n P is required: the processes to start on this host");
+          }
+          flags->processes = 1;
         }
         if (flags->processes < 1) {
           throw ConfigError("launch: -n must be at least 1, got " +

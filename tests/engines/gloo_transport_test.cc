@@ -804,6 +804,13 @@ TEST(Launcher, BadUsageExitsTwo) {
   EXPECT_TRUE(contains(ran.err, "no program to run")) << ran.err;
   ran = run_capture({g_launcher, "launch", "--", "true"});
   EXPECT_EQ(exit_code(ran.status), 2);
+  EXPECT_TRUE(contains(ran.err, "-n P is required")) << ran.err;
+  ran = run_capture({g_launcher, "launch", "-n", "2", "--actors", "3", "--", "true"});
+  EXPECT_EQ(exit_code(ran.status), 2);
+  EXPECT_TRUE(contains(ran.err, "--actors (3) must be a multiple of -n (2)")) << ran.err;
+  ran = run_capture({g_launcher, "launch", "--actors", "1", "--", "true", "--listen", "x:1"});
+  EXPECT_EQ(exit_code(ran.status), 2);
+  EXPECT_TRUE(contains(ran.err, "the launcher sets --listen")) << ran.err;
   ran = run_capture({g_launcher, "launch", "-n", "2", "--", "/nonexistent/program"});
   EXPECT_EQ(exit_code(ran.status), 2);
   EXPECT_TRUE(contains(ran.err, "cannot start '/nonexistent/program'")) << ran.err;
