@@ -32,6 +32,20 @@ start_server() {
   fail "the env server named no address"
 }
 
+# endless_job NAME: a CartPole job on the server at $address in the background ($job, its log
+# $work/NAME.log), once it has learned its first steps.
+endless_job() {
+  "$bin" train impala --env gym:CartPole-v1 --env-servers "$address" --actors 1 \
+    --frames 100000000 "${flags[@]}" > /dev/null 2> "$work/$1.log" &
+  job=$!
+  pids+=($job)
+  for _ in $(seq 600); do
+    grep -q '^step ' "$work/$1.log" && return 0
+    sleep 0.1
+  done
+  fail "the job $1 learned nothing within 60 s"
+}
+
 start_server server
 flags=(--no-progress --report-every 20 --json)
 
@@ -77,14 +91,7 @@ fi
 # A job killed mid-run cannot close its session: the server closes it once it is unused.
 first_address=$address first_pid=$server_pid
 start_server idle --idle-timeout 1
-"$bin" train impala --env gym:CartPole-v1 --env-servers "$address" --actors 1 \
-  --frames 100000000 "${flags[@]}" > /dev/null 2> "$work/dropped.log" &
-job=$!
-pids+=($job)
-for _ in $(seq 600); do
-  grep -q '^step ' "$work/dropped.log" && break
-  sleep 0.1
-done
+endless_job dropped
 kill -9 "$job"
 wait "$job" 2>/dev/null
 for _ in $(seq 100); do
@@ -98,14 +105,7 @@ echo "a killed job's session closed by the server: $(grep -m1 'closed' "$work/id
 address=$first_address server_pid=$first_pid
 
 # The env server killed mid-run: the job ends non-zero, naming it.
-"$bin" train impala --env gym:CartPole-v1 --env-servers "$address" --actors 1 \
-  --frames 100000000 "${flags[@]}" > /dev/null 2> "$work/killed.log" &
-job=$!
-pids+=($job)
-for _ in $(seq 600); do
-  grep -q '^step ' "$work/killed.log" && break
-  sleep 0.1
-done
+endless_job killed
 kill -9 "$server_pid"
 start=$SECONDS
 wait "$job" && fail "the job went on without its env server"
