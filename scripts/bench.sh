@@ -2,8 +2,9 @@
 # The benchmarks: installs what is missing, builds, then runs the collective benchmark
 # (2 replicas), our all_reduce beside plain MPI_Allreduce and beside the engines' own
 # across processes, the training throughput of the classifier and of the GAN beside PyTorch
-# DDP, and the actor-learner's speed beside a synchronous loop and a PyTorch IMPALA. Takes
-# ~25 minutes; run it on a quiet machine.
+# DDP, the actor-learner's speed beside a synchronous loop and a PyTorch IMPALA, remote
+# actors beside actor threads, and what an env server costs. Takes ~35 minutes; run it on a
+# quiet machine.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/install_deps.sh"
@@ -16,3 +17,5 @@ BUILD_DIR="$root/build" "$root/bench/compare_engines.sh"
 "$root/build/replicator" bench gan --memory keep
 "$root/build/replicator" bench rl-envs
 "$root/build/replicator" bench rl
+"$root/build/replicator" bench rl-remote
+"$root/build/replicator" bench env-server
