@@ -1,10 +1,10 @@
-// V-trace and the IMPALA loss. The backward recursion runs over T on [B] slices (T is an
-// unroll length, tens of steps); everything else is whole-tensor arithmetic. Targets are
-// computed under NoGradGuard from detached inputs, so no graph is built for them.
+// V-trace and the IMPALA loss. Targets are computed under NoGradGuard from detached inputs,
+// so no graph is built for them, in one loop over the data on the CPU.
 #include "replicator/rl/vtrace.h"
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -71,10 +71,6 @@ void check_options(const VTraceOptions& o) {
   }
 }
 
-::torch::Tensor clip(const ::torch::Tensor& x, double threshold) {
-  return std::isinf(threshold) ? x : x.clamp_max(threshold);
-}
-
 void check_vtrace_inputs(const char* fn, const VTraceInputs& in) {
   check_reference(fn, "values", in.values, 2);
   const std::int64_t t = in.values.size(0);
@@ -86,34 +82,67 @@ void check_vtrace_inputs(const char* fn, const VTraceInputs& in) {
   check_float(fn, "bootstrap_value", in.bootstrap_value, {b}, in.values, "values");
 }
 
+// The recursion on contiguous CPU data, one pass per column from the back. As tensor
+// arithmetic it would dispatch about 5 operators per step, which costs more than the
+// arithmetic itself at the sizes of a learner's share (tens of steps, tens of columns).
+template <typename S>
+void vtrace_loop(const ::torch::Tensor& values, const ::torch::Tensor& bootstrap,
+                 const ::torch::Tensor& discounts, const ::torch::Tensor& rewards,
+                 const ::torch::Tensor& log_rhos, const VTraceOptions& o, VTraceReturns& out) {
+  const std::int64_t steps = values.size(0);
+  const std::int64_t cols = values.size(1);
+  const S* v = values.data_ptr<S>();
+  const S* boot = bootstrap.data_ptr<S>();
+  const S* disc = discounts.data_ptr<S>();
+  const S* rew = rewards.data_ptr<S>();
+  const S* lr = log_rhos.data_ptr<S>();
+  S* vs = out.vs.data_ptr<S>();
+  S* adv = out.pg_advantages.data_ptr<S>();
+  const auto clipped = [](S x, double threshold) {
+    return std::isinf(threshold) ? x : std::min(x, static_cast<S>(threshold));
+  };
+  const auto lambda = static_cast<S>(o.lambda);
+  for (std::int64_t b = 0; b < cols; ++b) {
+    S acc = 0;  // v_{t+1} − V(x_{t+1})
+    S next_value = boot[b];
+    S next_vs = boot[b];
+    for (std::int64_t t = steps - 1; t >= 0; --t) {
+      const std::int64_t i = t * cols + b;
+      const S rho = std::exp(lr[i]);
+      const S delta = clipped(rho, o.clip_rho_threshold) * (rew[i] + disc[i] * next_value - v[i]);
+      acc = delta + disc[i] * (lambda * clipped(rho, o.clip_c_threshold)) * acc;
+      vs[i] = acc + v[i];
+      adv[i] = clipped(rho, o.clip_pg_rho_threshold) * (rew[i] + disc[i] * next_vs - v[i]);
+      next_value = v[i];
+      next_vs = vs[i];
+    }
+  }
+}
+
 VTraceReturns vtrace_checked(const VTraceInputs& in, const VTraceOptions& o) {
   ::torch::NoGradGuard no_grad;
-  const ::torch::Tensor values = in.values.detach();
-  const ::torch::Tensor bootstrap = in.bootstrap_value.detach();
-  const ::torch::Tensor discounts = in.discounts.detach();
-  const ::torch::Tensor rewards = in.rewards.detach();
-  const ::torch::Tensor rhos =
-      (in.target_log_probs.detach() - in.behaviour_log_probs.detach()).exp();
-  const std::int64_t steps = values.size(0);
-
-  // V(x_{t+1}): values shifted by one step, the bootstrap value last.
-  const ::torch::Tensor next_values = ::torch::cat({values.slice(0, 1), bootstrap.unsqueeze(0)});
-  const ::torch::Tensor deltas =
-      clip(rhos, o.clip_rho_threshold) * (rewards + discounts * next_values - values);
-  const ::torch::Tensor decay = discounts * (o.lambda * clip(rhos, o.clip_c_threshold));
-
-  // v_t − V(x_t) = δ_t + γ_t·c_t·(v_{t+1} − V(x_{t+1})), from the back.
-  ::torch::Tensor vs_minus_v = ::torch::empty_like(values);
-  ::torch::Tensor acc = ::torch::zeros_like(bootstrap);
-  for (std::int64_t t = steps - 1; t >= 0; --t) {
-    acc = deltas[t] + decay[t] * acc;
-    vs_minus_v[t].copy_(acc);
+  // On the CPU in double for double inputs, in float otherwise; back to the inputs'
+  // dtype and device at the end (no-ops for CPU float and double).
+  const auto compute =
+      in.values.scalar_type() == ::torch::kFloat64 ? ::torch::kFloat64 : ::torch::kFloat32;
+  const auto here = [&](const ::torch::Tensor& t) {
+    return t.detach().to(::torch::kCPU, compute).contiguous();
+  };
+  const ::torch::Tensor log_rhos = here(in.target_log_probs) - here(in.behaviour_log_probs);
+  const ::torch::Tensor values = here(in.values);
+  VTraceReturns out{.vs = ::torch::empty_like(values),
+                    .pg_advantages = ::torch::empty_like(values)};
+  const auto run = [&](auto zero) {
+    vtrace_loop<decltype(zero)>(values, here(in.bootstrap_value), here(in.discounts),
+                                here(in.rewards), log_rhos, o, out);
+  };
+  if (compute == ::torch::kFloat64) {
+    run(0.0);
+  } else {
+    run(0.f);
   }
-  VTraceReturns out;
-  out.vs = vs_minus_v + values;
-  const ::torch::Tensor next_vs = ::torch::cat({out.vs.slice(0, 1), bootstrap.unsqueeze(0)});
-  out.pg_advantages =
-      clip(rhos, o.clip_pg_rho_threshold) * (rewards + discounts * next_vs - values);
+  out.vs = out.vs.to(in.values.options());
+  out.pg_advantages = out.pg_advantages.to(in.values.options());
   return out;
 }
 

@@ -14,7 +14,10 @@
 //   gradient: the targets of step t are then those of an unroll that ended at x' and
 //   bootstrapped from V(x') (the trace stops there, as at any unroll's end).
 // - Otherwise γ_t = γ, the agent's discount.
-// All functions here are pure (no state, no blocking) and run on the inputs' device.
+// All functions here are pure (no state, no blocking). The losses run on the inputs'
+// device; V-trace's recursion runs on the CPU (tens of steps by tens of columns: one loop
+// costs less than dispatching its steps as operators) and its results go back to the
+// inputs' device.
 #pragma once
 
 #include <torch/types.h>
