@@ -27,8 +27,9 @@ Command add_train_classifier(CLI::App& train, char** argv);
 // `replicator train gan` (train_gan_command.cc); built with LibTorch only. `argv` as for
 // the classifier.
 Command add_train_gan(CLI::App& train, char** argv);
-// `replicator train impala` (train_impala_command.cc); built with LibTorch only.
-Command add_train_impala(CLI::App& train);
+// `replicator train impala` (train_impala_command.cc); built with LibTorch only. `argv` as
+// for the classifier.
+Command add_train_impala(CLI::App& train, char** argv);
 // `replicator rl actor` (rl_actor_command.cc): a remote IMPALA actor; built with LibTorch
 // only (it fails with a clear error without gRPC).
 Command add_rl_actor(CLI::App& rl);
@@ -39,7 +40,7 @@ Command add_bench_rl_remote(CLI::App& bench);
 // a clear error without gRPC).
 Command add_bench_env_server(CLI::App& bench);
 // `replicator bench rl` (bench_rl.cc); built with LibTorch only.
-Command add_bench_rl(CLI::App& bench);
+Command add_bench_rl(CLI::App& bench, char** argv);
 // `replicator bench train` and `replicator bench gan` (bench_train.cc); built with LibTorch
 // only.
 Command add_bench_train(CLI::App& bench);

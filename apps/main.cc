@@ -29,11 +29,11 @@ int main(int argc, char** argv) {
   CLI::App* train = app.add_subcommand("train", "Training jobs");
   train->require_subcommand(1);
   commands.push_back(replicator::apps::add_train_classifier(*train, argv));
-  commands.push_back(replicator::apps::add_train_impala(*train));
+  commands.push_back(replicator::apps::add_train_impala(*train, argv));
   commands.push_back(replicator::apps::add_train_gan(*train, argv));
   commands.push_back(replicator::apps::add_bench_train(*bench));
   commands.push_back(replicator::apps::add_bench_gan(*bench));
-  commands.push_back(replicator::apps::add_bench_rl(*bench));
+  commands.push_back(replicator::apps::add_bench_rl(*bench, argv));
   commands.push_back(replicator::apps::add_bench_rl_remote(*bench));
   commands.push_back(replicator::apps::add_bench_env_server(*bench));
   CLI::App* rl = app.add_subcommand("rl", "Reinforcement learning: remote actors");

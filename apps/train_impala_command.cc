@@ -8,6 +8,7 @@
 
 #include "apps/command.h"
 #include "apps/job_flags.h"
+#include "apps/memory.h"
 #include "apps/train/impala.h"
 #include "apps/train/job.h"
 #include "replicator/errors.h"
@@ -18,9 +19,11 @@ namespace {
 struct ImpalaFlags {
   ImpalaOptions options;
   JobFlags job;
+  char** argv = nullptr;  // main's, for the memory setting's re-execution
 };
 
 int run_impala(const ImpalaFlags& f) {
+  apply_memory_mode(parse_memory_mode(f.job.memory), f.argv);
   ImpalaOptions o = f.options;
   o.config = f.job.config("train impala");
   o.out = f.job.out;
@@ -77,8 +80,9 @@ int run_impala(const ImpalaFlags& f) {
 
 }  // namespace
 
-Command add_train_impala(CLI::App& train) {
+Command add_train_impala(CLI::App& train, char** argv) {
   auto flags = std::make_shared<ImpalaFlags>();
+  flags->argv = argv;
   ImpalaOptions& o = flags->options;
   CLI::App* app = train.add_subcommand(
       "impala",
@@ -91,7 +95,8 @@ Command add_train_impala(CLI::App& train) {
        .progress = &o.progress,
        .seed = &o.seed},
       {.out = "metrics.jsonl, checkpoint-<step>.pt and learning_curve.png",
-       .checkpoint_every = "Learner steps between checkpoints (one is always written at the end)"});
+       .checkpoint_every = "Learner steps between checkpoints (one is always written at the end)",
+       .memory = true});
   app->add_option("--env", o.env,
                   "cartpole, breakout, space_invaders, freeway, asterix, seaquest, or "
                   "gym:<gymnasium id> (e.g. gym:ALE/Pong-v5) stepped in --env-servers")
