@@ -16,6 +16,7 @@
 // Frames per second are frames learned from (learner steps x batch x unroll), except for env.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -32,6 +33,7 @@
 #include "apps/bench_rows.h"
 #include "apps/blas.h"
 #include "apps/command.h"
+#include "apps/memory.h"
 #include "apps/subprocess.h"
 #include "bench/env_speed.h"
 #include "replicator/errors.h"
@@ -52,11 +54,15 @@ struct BenchRlFlags {
   int updates = 60;                 // timed learner updates per measurement
   std::string python;
   std::string peer_script;
+  std::vector<std::string> parts = {"env", "learner", "jobs"};  // which rows to measure
+  std::string memory = "keep";  // this process's learner rows, the jobs and the peer
   bool json = false;
+  char** argv = nullptr;  // main's, for the memory setting's re-execution
 };
 
 constexpr int kBatch = 32;
 constexpr int kUnroll = 20;
+constexpr int kWarmUpUpdates = 5;  // per learner measurement, before the clock starts
 
 // A learner row: the job's network for one kind of observation.
 struct LearnerCase {
@@ -124,7 +130,7 @@ double learner_frames_per_s(const LearnerCase& c, int R, int updates) {
         model = rl::PolicyNet(c.observation_shape, c.num_actions, 64);
       }
       rl::Learner learner(ctx, model, {.learning_rate = 1e-4});
-      for (int i = 0; i < 5; ++i) learner.update(queue.sample_batch(share));
+      for (int i = 0; i < kWarmUpUpdates; ++i) learner.update(queue.sample_batch(share));
       ctx.barrier();
       const Clock::time_point start = Clock::now();
       for (int i = 0; i < updates; ++i) learner.update(queue.sample_batch(share));
@@ -157,14 +163,19 @@ std::string find_peer_script() {
 }
 
 int run_bench_rl(const BenchRlFlags& f) {
+  const MemoryMode memory = parse_memory_mode(f.memory);
+  apply_memory_mode(memory, f.argv);
   BenchRlFlags flags = f;
   if (flags.peer_script.empty()) flags.peer_script = find_peer_script();
   if (flags.python.empty()) {
     flags.python = std::filesystem::exists(REPLICATOR_VENV_PYTHON) ? REPLICATOR_VENV_PYTHON
                                                                    : "/usr/bin/python3";
   }
+  const auto wants = [&](const char* part) {
+    return std::find(flags.parts.begin(), flags.parts.end(), part) != flags.parts.end();
+  };
   // Checked before anything is measured.
-  if (flags.peer_script.empty() || !std::filesystem::exists(flags.peer_script)) {
+  if (wants("jobs") && (flags.peer_script.empty() || !std::filesystem::exists(flags.peer_script))) {
     throw ConfigError(
         "bench/impala_peer.py not found next to the build nor in share/replicator of the "
         "installation; pass --peer-script");
@@ -172,31 +183,41 @@ int run_bench_rl(const BenchRlFlags& f) {
   at::set_num_threads(1);
   const std::string self = quote(self_path());
   const std::string job = self + " train impala --env cartpole --no-progress --json --frames " +
-                          std::to_string(flags.frames) + " --report-every 100";
-  const std::vector<std::pair<std::string, std::string>> jobs = {
-      {"job sync (actors 0, R=1)", job + " --actors 0"},
-      {"job R=1, actor per free core", job},
-      {"job R=1, 2 actors", job + " --actors 2"},
-      {"job R=2, actor per free core", job + " --replicas 2"},
-      {"peer pytorch, 2 actor procs", quote(flags.python) + " " + quote(flags.peer_script) +
-                                          " --actors 2 --json --frames " +
-                                          std::to_string(flags.frames)}};
+                          std::to_string(flags.frames) + " --report-every 100 --memory " + f.memory;
+  std::vector<std::pair<std::string, std::string>> jobs;
+  if (wants("jobs")) {
+    jobs = {{"job sync (actors 0, R=1)", job + " --actors 0"},
+            {"job R=1, actor per free core", job},
+            {"job R=1, 2 actors", job + " --actors 2"},
+            {"job R=2, actor per free core", job + " --replicas 2"},
+            {"peer pytorch, 2 actor procs",
+             memory_mode_environment(memory) + " " + quote(flags.python) + " " +
+                 quote(flags.peer_script) + " --actors 2 --json --frames " +
+                 std::to_string(flags.frames)}};
+  }
 
-  std::vector<BenchRow> rows = {{"env cartpole M=64", "frames/s"}};
+  std::vector<BenchRow> rows;
+  if (wants("env")) rows.push_back({"env cartpole M=64", "frames/s"});
   const auto learner_row = [](const LearnerCase& c, int R) {
     return "learner " + c.name + " R=" + std::to_string(R);
   };
-  for (const LearnerCase& c : learner_cases()) {
-    for (const int R : {1, 2}) rows.push_back({learner_row(c, R), "frames/s"});
+  if (wants("learner")) {
+    for (const LearnerCase& c : learner_cases()) {
+      for (const int R : {1, 2}) rows.push_back({learner_row(c, R), "frames/s"});
+    }
   }
   const std::size_t first_job = rows.size();
   for (const auto& j : jobs) rows.push_back({j.first, "frames/s"});
   for (int r = 0; r < flags.repeats; ++r) {
-    rows[0].values.push_back(bench::env_speed("cartpole", 64, 20000).frames_per_s);
-    std::size_t row = 1;
-    for (const LearnerCase& c : learner_cases()) {
-      for (const int R : {1, 2})
-        rows[row++].values.push_back(learner_frames_per_s(c, R, flags.updates));
+    std::size_t row = 0;
+    if (wants("env")) {
+      rows[row++].values.push_back(bench::env_speed("cartpole", 64, 20000).frames_per_s);
+    }
+    if (wants("learner")) {
+      for (const LearnerCase& c : learner_cases()) {
+        for (const int R : {1, 2})
+          rows[row++].values.push_back(learner_frames_per_s(c, R, flags.updates));
+      }
     }
     for (std::size_t k = 0; k < jobs.size(); ++k) {
       const std::string& command = jobs[k].second + " 2>/dev/null";
@@ -205,31 +226,42 @@ int run_bench_rl(const BenchRlFlags& f) {
     }
     if (!flags.json) std::fprintf(stderr, "  repeat %d/%d done\n", r + 1, flags.repeats);
   }
-  if (!flags.json) std::printf("# %s\n", blas_description().c_str());
-  const BenchPrint how{.type = "rl",
-                       .value_key = "frames_per_s",
-                       .json = flags.json,
-                       .extra = {{"blas", blas_description()}}};
-  std::map<std::string, double> med = print_bench_rows(rows, how);
-  const double r1 = med["job R=1, actor per free core"];
-  std::vector<std::pair<std::string, double>> ratios;
-  for (const LearnerCase& c : learner_cases()) {
-    ratios.emplace_back("learner " + c.name + " R=2 / R=1",
-                        med[learner_row(c, 2)] / med[learner_row(c, 1)]);
+  if (!flags.json) {
+    std::printf("# %s; memory %s (%s)\n", blas_description().c_str(), f.memory.c_str(),
+                active_allocator().c_str());
   }
-  ratios.insert(ratios.end(), {{"job R=1 / sync loop", r1 / med["job sync (actors 0, R=1)"]},
-                               {"job R=1 / pytorch peer", r1 / med["peer pytorch, 2 actor procs"]},
-                               {"job R=1, 2 actors / sync loop",
-                                med["job R=1, 2 actors"] / med["job sync (actors 0, R=1)"]},
-                               {"job R=2 / R=1", med["job R=2, actor per free core"] / r1}});
+  const BenchPrint how{
+      .type = "rl",
+      .value_key = "frames_per_s",
+      .json = flags.json,
+      .extra = {
+          {"blas", blas_description()}, {"memory", f.memory}, {"allocator", active_allocator()}}};
+  std::map<std::string, double> med = print_bench_rows(rows, how);
+  std::vector<std::pair<std::string, double>> ratios;
+  if (wants("learner")) {
+    for (const LearnerCase& c : learner_cases()) {
+      ratios.emplace_back("learner " + c.name + " R=2 / R=1",
+                          med[learner_row(c, 2)] / med[learner_row(c, 1)]);
+    }
+  }
+  if (wants("jobs")) {
+    const double r1 = med["job R=1, actor per free core"];
+    ratios.insert(ratios.end(),
+                  {{"job R=1 / sync loop", r1 / med["job sync (actors 0, R=1)"]},
+                   {"job R=1 / pytorch peer", r1 / med["peer pytorch, 2 actor procs"]},
+                   {"job R=1, 2 actors / sync loop",
+                    med["job R=1, 2 actors"] / med["job sync (actors 0, R=1)"]},
+                   {"job R=2 / R=1", med["job R=2, actor per free core"] / r1}});
+  }
   print_bench_ratios(ratios, how);
   return 0;
 }
 
 }  // namespace
 
-Command add_bench_rl(CLI::App& bench) {
+Command add_bench_rl(CLI::App& bench, char** argv) {
   auto flags = std::make_shared<BenchRlFlags>();
+  flags->argv = argv;
   CLI::App* app = bench.add_subcommand(
       "rl",
       "Actor-learner speed: environments, learner (R = 1, 2), the job's layouts beside a "
@@ -246,6 +278,17 @@ Command add_bench_rl(CLI::App& bench) {
   app->add_option("--python", flags->python,
                   "Python with torch and gymnasium for the peer (default: the project's .venv)");
   app->add_option("--peer-script", flags->peer_script, "Path of bench/impala_peer.py");
+  app->add_option("--parts", flags->parts,
+                  "Rows to measure: env (the batched environments), learner (R = 1, 2), jobs "
+                  "(the job's layouts, the synchronous loop and the peer)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::IsMember({"env", "learner", "jobs"}));
+  app->add_option("--memory", flags->memory,
+                  "keep (default): this process, the jobs and the peer run on jemalloc with "
+                  "purging off; system: glibc's defaults")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"keep", "system"}));
   app->add_flag("--json", flags->json, "One JSON object per row");
   return {app, [flags] { return run_bench_rl(*flags); }};
 }

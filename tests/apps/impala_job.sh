@@ -5,7 +5,8 @@
 #   checkpoint and the learning curve (a PNG) are written;
 #   a second run with the same --out resumes from the checkpoint and learns on;
 #   2 learner replicas as threads, and as 2 mpi and 2 gloo processes with actors in each;
-#   `bench rl` measures every row once, its PyTorch peer's included;
+#   `bench rl` measures every row once, its PyTorch peer's included, and `--parts learner`
+#   only the learner's;
 #   bad input (an unknown game, a batch not divisible by the replicas) fails clearly.
 # Usage: impala_job.sh BUILD_DIR HAVE_MPI HAVE_GLOO   (the last two: 1 or 0)
 set -euo pipefail
@@ -95,8 +96,23 @@ core = next(iter(blas)).removeprefix("OpenBLAS ").lower() if len(blas) == 1 else
 assert len(blas) == 1 and (not avx2 or core in fast), blas
 ratios = [l for l in lines if l["type"] == "rl_ratio"]
 assert len(ratios) == 6 and all(r["value"] > 0 for r in ratios), ratios
+# --memory keep (the default): the learner rows ran on jemalloc.
+assert {l["allocator"] for l in lines if l["type"] == "rl"} == {"jemalloc"}, lines[0]
 PY
   echo "bench rl: every row"
+  # --parts learner: the learner rows and their ratios only, with glibc under --memory system.
+  "$replicator" bench rl --repeats 1 --updates 2 --parts learner --memory system --json \
+    >"$work/learner.json" 2>"$work/learner.err" || fail "bench rl --parts: $(cat "$work/learner.err")"
+  python3 - "$work/learner.json" <<'PY' || fail "bench rl --parts: $(cat "$work/learner.json")"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+rows = sorted(l["row"] for l in lines if l["type"] == "rl")
+assert rows == ["learner cartpole mlp R=1", "learner cartpole mlp R=2",
+                "learner minatar conv R=1", "learner minatar conv R=2"], rows
+assert len([l for l in lines if l["type"] == "rl_ratio"]) == 2, lines
+assert {l["allocator"] for l in lines if l["type"] == "rl"} == {"glibc"}, lines[0]
+PY
+  echo "bench rl --parts learner: the learner rows only"
 else
   echo "skipped bench rl: no .venv with torch and gymnasium at $venv_python"
 fi
