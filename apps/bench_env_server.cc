@@ -8,22 +8,14 @@
 //                          turned into floats as actors get them.
 // Environment steps per second (all M counted). The overhead is what the server path loses
 // against the in-process one.
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "apps/bench_rows.h"
@@ -34,8 +26,6 @@
 #ifdef REPLICATOR_HAVE_GRPC
 #include "replicator/rl/remote.h"
 #endif
-
-extern char** environ;
 
 namespace replicator::apps {
 namespace {
@@ -53,40 +43,6 @@ struct Flags {
 };
 
 #ifdef REPLICATOR_HAVE_GRPC
-// An env server started for the benchmark, stopped (SIGTERM, then SIGKILL) at the end.
-class ServerProcess {
- public:
-  ServerProcess(const Flags& f, int port) {
-    const std::vector<std::string> args = {f.python, f.server_script, "--port",
-                                           std::to_string(port)};
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
-    const int error = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (error != 0) {
-      throw ConfigError("bench env-server: cannot start " + f.python + ": " + std::strerror(error));
-    }
-  }
-  ~ServerProcess() {
-    ::kill(pid_, SIGTERM);
-    for (int i = 0; i < 30; ++i) {
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    ::kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-  }
-  ServerProcess(const ServerProcess&) = delete;
-  ServerProcess& operator=(const ServerProcess&) = delete;
-
- private:
-  pid_t pid_ = -1;
-};
-
 // Steps/s of `env` stepped with uniformly random actions for about `seconds`.
 double steps_per_s(rl::BatchedEnv& env, double seconds, std::mt19937& rng) {
   std::uniform_int_distribution<std::int32_t> pick(0, env.num_actions() - 1);
@@ -121,7 +77,7 @@ int run(const Flags& f) {
                                  quote(f.env) + " --envs " + std::to_string(f.envs) +
                                  " --seconds " + std::to_string(f.seconds) + " 2>/dev/null";
   const int port = free_loopback_ports();
-  ServerProcess server(f, port);
+  const BackgroundChild server({f.python, f.server_script, "--port", std::to_string(port)});
   const std::string address = "127.0.0.1:" + std::to_string(port);
   std::unique_ptr<rl::BatchedEnv> remote =
       rl::make_remote_env(address, f.env, f.envs, 0, std::chrono::milliseconds(120'000));

@@ -177,13 +177,17 @@ int run(const Flags& f) {
     rows[row++].values.push_back(
         result_with(run_capture(threads), "frames_per_s", threads)["frames_per_s"].get<double>());
     const std::string address = "127.0.0.1:" + std::to_string(free_loopback_ports());
-    const std::string actor =
-        self + " rl actor --no-progress --learner " + address + " >/dev/null 2>&1 & ";
-    const std::string processes =
-        actor + actor + job + " --remote-actors 2 --listen " + address + " 2>/dev/null; wait";
-    rows[row++].values.push_back(
-        result_with(run_capture(processes), "frames_per_s", processes)["frames_per_s"]
-            .get<double>());
+    {
+      // The actors retry until the learner listens, and exit when it has finished.
+      const std::vector<std::string> actor = {self_path(),     "rl",        "actor",
+                                              "--no-progress", "--learner", address};
+      const BackgroundChild first(actor, std::chrono::seconds(10));
+      const BackgroundChild second(actor, std::chrono::seconds(10));
+      const std::string processes = job + " --remote-actors 2 --listen " + address + " 2>/dev/null";
+      rows[row++].values.push_back(
+          result_with(run_capture(processes), "frames_per_s", processes)["frames_per_s"]
+              .get<double>());
+    }
     if (!f.json) std::fprintf(stderr, "  repeat %d/%d done\n", r + 1, f.repeats);
   }
   const BenchPrint how{.type = "rl_remote", .json = f.json};

@@ -20,8 +20,6 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <array>
-#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -107,13 +105,9 @@ ActorPlan plan_actors(const LaunchFlags& flags) {
   for (int p = 0; p < flags.processes; ++p) {
     learners += (p == 0 ? "" : ",") + host + ":" + std::to_string(port + p);
   }
-  std::array<char, 4096> self{};
-  const ssize_t n = ::readlink("/proc/self/exe", self.data(), self.size() - 1);
-  if (n <= 0)
-    throw Error(std::string("launch: cannot read /proc/self/exe: ") + std::strerror(errno));
+  const std::string self = self_path();
   for (int i = 0; i < flags.actors; ++i) {
-    plan.actors.push_back({std::string(self.data(), static_cast<std::size_t>(n)), "rl", "actor",
-                           "--learner", learners, "--id", std::to_string(i)});
+    plan.actors.push_back({self, "rl", "actor", "--learner", learners, "--id", std::to_string(i)});
   }
   return plan;
 }

@@ -1,15 +1,21 @@
 #include "apps/subprocess.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "replicator/errors.h"
 
@@ -96,6 +102,40 @@ int free_loopback_ports(int count) {
     if (all) return base;
   }
   throw Error("cannot find " + std::to_string(count) + " free consecutive ports");
+}
+
+BackgroundChild::BackgroundChild(const std::vector<std::string>& args,
+                                 std::chrono::milliseconds grace)
+    : grace_(grace) {
+  if (args.empty()) throw Error("BackgroundChild: no program to start");
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  const int error = ::posix_spawnp(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (error != 0) throw Error("cannot start " + args[0] + ": " + std::strerror(error));
+}
+
+bool BackgroundChild::exited_by(std::chrono::steady_clock::time_point deadline) {
+  while (true) {
+    const pid_t done = ::waitpid(pid_, nullptr, WNOHANG);
+    if (done == pid_ || (done < 0 && errno != EINTR)) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+BackgroundChild::~BackgroundChild() {
+  using std::chrono::steady_clock;
+  if (exited_by(steady_clock::now() + grace_)) return;
+  ::kill(pid_, SIGTERM);
+  if (exited_by(steady_clock::now() + std::chrono::seconds(3))) return;
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
 }
 
 }  // namespace replicator::apps

@@ -2,8 +2,12 @@
 // result line they print.
 #pragma once
 
+#include <sys/types.h>
+
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace replicator::apps {
 
@@ -27,5 +31,27 @@ nlohmann::ordered_json result_with(const std::string& output, const std::string&
 // binds it (which then fails naming the address). Never blocks. Throws Error when none is
 // found.
 int free_loopback_ports(int count = 1);
+
+// A program run in the background for as long as this object lives (an env server, a
+// remote actor), its stdout and stderr sent to /dev/null. When the object goes, the child
+// is given `grace` to exit by itself, then SIGTERM, then 3 s more, then SIGKILL.
+class BackgroundChild {
+ public:
+  // Starts `args` (args[0] is looked up in PATH). Never blocks. Throws Error naming the
+  // program when it cannot be started.
+  explicit BackgroundChild(const std::vector<std::string>& args,
+                           std::chrono::milliseconds grace = std::chrono::milliseconds(0));
+  // BLOCKS until the child has exited: at most `grace` + 3 s. Never throws.
+  ~BackgroundChild();
+  BackgroundChild(const BackgroundChild&) = delete;
+  BackgroundChild& operator=(const BackgroundChild&) = delete;
+
+ private:
+  // Whether the child has exited by `deadline` (reaps it if so).
+  bool exited_by(std::chrono::steady_clock::time_point deadline);
+
+  pid_t pid_ = -1;
+  std::chrono::milliseconds grace_;
+};
 
 }  // namespace replicator::apps

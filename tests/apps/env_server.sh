@@ -2,7 +2,8 @@
 # Environments in an env server (python/env_server.py, make_remote_env): the IMPALA job on
 # gymnasium's CartPole-v1 stepped over gRPC, by actor threads and by a remote actor that takes
 # the env servers from its learner; Atari (Pong, with the standard preprocessing and the
-# shallow network) for a few steps; the env server killed mid-run: the job fails naming it.
+# shallow network) for a few steps; a killed job's session closed; `bench env-server`'s rows;
+# the env server killed mid-run: the job fails naming it.
 #
 #   env_server.sh BUILD_DIR PYTHON
 # Exit 0 on success, 1 on failure, 77 without the virtual environment (gymnasium, grpcio).
@@ -103,6 +104,21 @@ grep -q "env server: session 1 closed: unused for [0-9]* s" "$work/idle.log" ||
 kill "$server_pid"
 echo "a killed job's session closed by the server: $(grep -m1 'closed' "$work/idle.log")"
 address=$first_address server_pid=$first_pid
+
+# `bench env-server`: its three rows, and its own env server stopped at the end.
+"$bin" bench env-server --env CartPole-v1 --envs 2 --seconds 0.2 --repeats 1 --python "$python" \
+  --server-script "$server_py" --json > "$work/bench.json" 2> "$work/bench.log" ||
+  fail "bench env-server failed: $(tail -3 "$work/bench.log")"
+python3 - "$work/bench.json" <<'PY' || fail "bench env-server: $(cat "$work/bench.json")"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+rows = {l["row"]: l for l in lines if l["type"] == "env_server"}
+assert sorted(rows) == ["env server via gRPC", "python in-process", "python in-process + reply"], rows
+assert all(r["median"] > 0 and r["env"] == "CartPole-v1" and r["envs"] == 2
+           for r in rows.values()), rows
+PY
+! pgrep -f "env_server.py --port [1-9]" > /dev/null || fail "bench env-server left its env server running"
+echo "bench env-server: its 3 rows, and its env server stopped"
 
 # The env server killed mid-run: the job ends non-zero, naming it.
 endless_job killed
