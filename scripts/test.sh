@@ -21,8 +21,8 @@ echo "== release build and tests"
 echo "== lint: line length, clang-format (whole tree), clang-tidy (the layers below LibTorch)"
 LINT_ALL=1 LINT_TIDY=core LINT_JOBS=2 "$root/scripts/lint.sh" "$root/build"
 run_ctest --test-dir "$root/build" -j2 -L unit
-echo "== multi-process tests (mpi, gloo)"
-run_ctest --test-dir "$root/build" -L multiproc
+echo "== multi-process tests (mpi, gloo); the slow ones: scripts/slow_tests.sh"
+run_ctest --test-dir "$root/build" -L multiproc -LE slow
 
 echo "== install, and a project built against the installed package"
 "$root/tests/install/consumer.sh" "$root/build"
@@ -32,8 +32,10 @@ core_only=(-DREPLICATOR_BUILD_TESTS=ON -DREPLICATOR_BUILD_APPS=OFF -DREPLICATOR_
   -DREPLICATOR_WITH_GLOO=OFF -DREPLICATOR_WITH_TORCH=OFF -DREPLICATOR_WITH_GRPC=OFF)
 BUILD_TYPE=RelWithDebInfo "$root/scripts/build.sh" "$root/build-tsan" \
   -DREPLICATOR_SANITIZE=thread "${core_only[@]}"
+# The environments' conformance with their Python references is single-threaded: it runs in
+# the release and AddressSanitizer builds.
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-  run_ctest --test-dir "$root/build-tsan" -j2 -L unit
+  run_ctest --test-dir "$root/build-tsan" -j2 -L unit -E '^rl_conformance_'
 
 echo "== AddressSanitizer: core tests"
 BUILD_TYPE=RelWithDebInfo "$root/scripts/build.sh" "$root/build-asan" \
