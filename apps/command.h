@@ -31,8 +31,8 @@ Command add_train_gan(CLI::App& train, char** argv);
 // for the classifier.
 Command add_train_impala(CLI::App& train, char** argv);
 // `replicator rl actor` (rl_actor_command.cc): a remote IMPALA actor; built with LibTorch
-// only (it fails with a clear error without gRPC).
-Command add_rl_actor(CLI::App& rl);
+// only (it fails with a clear error without gRPC). `argv` as for the classifier.
+Command add_rl_actor(CLI::App& rl, char** argv);
 // `replicator bench rl-remote` (bench_rl_remote.cc); built with LibTorch only (it fails with
 // a clear error without gRPC).
 Command add_bench_rl_remote(CLI::App& bench);

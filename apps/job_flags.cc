@@ -1,6 +1,7 @@
 #include "apps/job_flags.h"
 
 #include "apps/engine_choice.h"
+#include "apps/memory.h"
 
 namespace replicator::apps {
 
@@ -45,10 +46,7 @@ void add_job_flags(CLI::App* app, JobFlags& f, const JobFlagTargets& t, const Jo
       "--no-progress", [progress](std::int64_t) { *progress = false; },
       "No progress line on the terminal");
   if (help.memory) {
-    app->add_option(
-           "--memory", f.memory,
-           "keep (default): run on jemalloc with purging off, so freed memory stays mapped for "
-           "reuse; system: glibc's defaults")
+    app->add_option("--memory", f.memory, kMemoryFlagHelp)
         ->check(CLI::IsMember({"keep", "system"}));
   }
   app->add_flag("--json", f.json, "Print the result as one JSON object on stdout");

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   commands.push_back(replicator::apps::add_bench_env_server(*bench));
   CLI::App* rl = app.add_subcommand("rl", "Reinforcement learning: remote actors");
   rl->require_subcommand(1);
-  commands.push_back(replicator::apps::add_rl_actor(*rl));
+  commands.push_back(replicator::apps::add_rl_actor(*rl, argv));
   CLI::App* eval = replicator::apps::add_eval_group(app);
   commands.push_back(replicator::apps::add_eval_real(*eval));
   commands.push_back(replicator::apps::add_eval_gan(*eval));

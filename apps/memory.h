@@ -31,6 +31,11 @@ const char* to_string(MemoryMode mode);
 // benchmark), e.g. "LD_PRELOAD=libjemalloc.so.2 MALLOC_CONF=..."; "" for kSystem.
 std::string memory_mode_environment(MemoryMode mode);
 
+// The help of a command's --memory flag.
+inline constexpr const char* kMemoryFlagHelp =
+    "keep (default): run on jemalloc with purging off, so freed memory stays mapped for "
+    "reuse; system: glibc's defaults";
+
 // Which allocator this process runs on: "jemalloc" or "glibc".
 std::string active_allocator();
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "apps/command.h"
+#include "apps/memory.h"
 #include "apps/train/impala.h"
 #include "apps/train/job.h"
 #include "replicator/config.h"
@@ -20,11 +21,14 @@ struct ActorFlags {
   std::string learners;
   std::string timeout = "30s";
   RemoteActorOptions options;
+  std::string memory = "keep";
   bool json = false;
   bool quiet = false;
+  char** argv = nullptr;  // main's, for the memory setting's re-execution
 };
 
 int run_actor(ActorFlags& f) {
+  apply_memory_mode(parse_memory_mode(f.memory), f.argv);
   RemoteActorOptions o = f.options;
   std::stringstream list(f.learners);
   for (std::string address; std::getline(list, address, ',');) {
@@ -64,8 +68,9 @@ int run_actor(ActorFlags& f) {
 
 }  // namespace
 
-Command add_rl_actor(CLI::App& rl) {
+Command add_rl_actor(CLI::App& rl, char** argv) {
   auto flags = std::make_shared<ActorFlags>();
+  flags->argv = argv;
   CLI::App* app = rl.add_subcommand(
       "actor",
       "An IMPALA actor in this process, playing for a learner started with `replicator train "
@@ -82,6 +87,8 @@ Command add_rl_actor(CLI::App& rl) {
   app->add_option("--learner-timeout", flags->timeout,
                   "Give up when the learner stays unreachable this long (e.g. 30s, 500ms)")
       ->capture_default_str();
+  app->add_option("--memory", flags->memory, kMemoryFlagHelp)
+      ->check(CLI::IsMember({"keep", "system"}));
   app->add_flag("--json", flags->json, "Print the result as one JSON object on stdout");
   app->add_flag("--no-progress", flags->quiet, "No line at the start");
   return {app, [flags] { return run_actor(*flags); }};
