@@ -34,11 +34,11 @@ int run_impala(const ImpalaFlags& f) {
   if (!r.reporter) return 0;
   std::fprintf(stderr,
                "learned from %lld frames in %lld steps on %d replicas (%d processes x %d), %d "
-               "actors, in %.1f s: %.0f frames/s, %.2f steps/s; mean return %.1f (random policy "
-               "%.1f)",
+               "actors, in %.1f s: %.0f frames/s, %.2f steps/s; mean return %.1f",
                static_cast<long long>(r.frames), static_cast<long long>(r.steps), r.replicas,
                r.processes, r.local_replicas, r.actors, r.seconds, r.frames_per_s, r.steps_per_s,
-               r.mean_return, r.random_return);
+               r.mean_return);
+  if (!std::isnan(r.random_return)) std::fprintf(stderr, " (random policy %.1f)", r.random_return);
   if (r.solved_frames >= 0) {
     std::fprintf(stderr, "; reached %.0f after %lld frames, %.1f s", r.target_return,
                  static_cast<long long>(r.solved_frames), r.solved_seconds);
@@ -66,7 +66,7 @@ int run_impala(const ImpalaFlags& f) {
                        {"frames_per_s", r.frames_per_s},
                        {"steps_per_s", r.steps_per_s},
                        {"mean_return", number(r.mean_return)},
-                       {"random_return", r.random_return},
+                       {"random_return", number(r.random_return)},
                        {"target_return", number(r.target_return)},
                        {"solved_frames", r.solved_frames},
                        {"solved_seconds", r.solved_seconds},
@@ -145,6 +145,10 @@ Command add_train_impala(CLI::App& train, char** argv) {
                   "The mean return (newest 100 episodes) that counts as solved (default: "
                   "475 on cartpole)");
   app->add_flag("--stop-at-target", o.stop_at_target, "Stop once the target return is reached");
+  app->add_option("--random-episodes", o.random_episodes,
+                  "Episodes of a uniform random policy played at the start, for the return the "
+                  "curve is drawn beside (default: 100, or 16 in env servers; 0: none)")
+      ->check(CLI::Range(0, 1 << 20));
   app->add_option(
          "--queue-size", o.queue_size,
          "Unrolls each process's queue holds (default: one batch; more lets the actors run "

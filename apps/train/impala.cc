@@ -235,8 +235,10 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
   const std::int64_t frames_per_step = static_cast<std::int64_t>(o.batch) * o.unroll;
   const std::int64_t total_steps = (o.frames + frames_per_step - 1) / frames_per_step;
   const double target = std::isnan(o.target_return) ? default_target(o.env) : o.target_return;
-  // Episodes in an env server (Atari's) are long: fewer of them.
-  const double random_return = random_policy_return(source, o.env, source ? 16 : 100, o.seed);
+  const int random_episodes = o.random_episodes >= 0 ? o.random_episodes : (source ? 16 : 100);
+  const double random_return = random_episodes > 0
+                                   ? random_policy_return(source, o.env, random_episodes, o.seed)
+                                   : std::numeric_limits<double>::quiet_NaN();
 
   // This process's actors and queue.
   rl::ParameterStore store;
@@ -350,8 +352,10 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
                      std::to_string(o.envs_per_actor) + " environments, learner " +
                      std::to_string(R) + " replicas (" + std::to_string(P) + " processes x " +
                      std::to_string(L) + "), batch " + std::to_string(o.batch) + " x " +
-                     std::to_string(o.unroll) + " steps; a uniform random policy returns " +
-                     std::to_string(random_return));
+                     std::to_string(o.unroll) + " steps" +
+                     (std::isnan(random_return)
+                          ? std::string()
+                          : "; a uniform random policy returns " + std::to_string(random_return)));
     }
     const Clock::time_point started = Clock::now();
     const std::int64_t first_step = step;
@@ -448,8 +452,8 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
               {"steps_per_s", steps_per_s},
               {"loss", totals[2] > 0 ? totals[0] / totals[2] : 0},
               {"policy_lag", lag},
-              {"queue_fill", static_cast<double>(q.size) / static_cast<double>(q.max_size)},
-              {"random_return", random_return}};
+              {"queue_fill", static_cast<double>(q.size) / static_cast<double>(q.max_size)}};
+          if (!std::isnan(random_return)) m["random_return"] = random_return;
           if (!std::isnan(mean_return)) m["mean_return"] = mean_return;
           if (!std::isnan(target)) m["target_return"] = target;
           for (const auto& [key, value] : remote_metrics.items()) m[key] = value;

@@ -43,6 +43,10 @@ struct ImpalaOptions {
   // Stop early once the mean return of the newest 100 episodes reaches this (NaN: the
   // environment's own threshold where it has one, CartPole's 475, else never).
   double target_return = std::numeric_limits<double>::quiet_NaN();
+  // Episodes of a uniform random policy played at the start for the return the curve is
+  // drawn beside (-1: 100, or 16 in env servers, whose Atari episodes are long; 0: none, and
+  // the random return is NaN).
+  int random_episodes = -1;
   bool stop_at_target = false;
   std::int64_t queue_size = 0;  // unrolls per process's queue (0: one batch's worth)
   // Remote actors (`replicator rl actor`, include/replicator/rl/remote.h): each learner process
@@ -76,7 +80,7 @@ struct ImpalaResult {
   double frames_per_s = 0;    // frames learned from per second in this run
   double steps_per_s = 0;
   double mean_return = 0;           // of the newest 100 episodes (mean over processes)
-  double random_return = 0;         // a uniform random policy's mean return, measured at start
+  double random_return = 0;         // a uniform random policy's mean return at start (NaN: none)
   double target_return = 0;         // NaN when none
   std::int64_t solved_frames = -1;  // frames when the mean return first reached the target
   double solved_seconds = -1;

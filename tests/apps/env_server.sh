@@ -79,9 +79,12 @@ echo "a remote actor on gym:CartPole-v1 through the learner's env servers"
 
 # Atari, where ale-py and OpenCV are there.
 if "$python" -c "import ale_py, cv2" 2>/dev/null; then
+  # No random-policy episodes first: a Pong episode is thousands of steps.
   "$bin" train impala --env gym:ALE/Pong-v5 --env-servers "$address" --actors 1 \
-    --envs-per-actor 2 --batch 2 --hidden 32 --frames 400 "${flags[@]}" \
+    --envs-per-actor 2 --batch 2 --hidden 32 --frames 400 --random-episodes 0 "${flags[@]}" \
     > "$work/pong.json" 2> "$work/pong.log" || fail "the job on gym:ALE/Pong-v5 failed"
+  [[ $(json_field "$work/pong.json" random_return) == None ]] ||
+    fail "--random-episodes 0 measured a random return"
   grep -q "2 x ALE/Pong-v5, observations (84, 84, 4)" "$work/server.log" ||
     fail "no session of Pong with 84 x 84 x 4 observations"
   echo "gym:ALE/Pong-v5: $(json_field "$work/pong.json" steps) learner steps on 84 x 84 x 4 frames"
