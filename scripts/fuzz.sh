@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzing: builds the libFuzzer targets of tests/fuzz with clang (ASan, UBSan) in build-fuzz/
-# and runs each for SECONDS (default 30) from a scratch copy of its seeds and regression
-# inputs, so the repository is not written. Prints one line per target: executions, inputs
+# and runs each for SECONDS (default 30), one per core at a time, from a scratch copy of its
+# seeds and regression inputs, so the repository is not written. Prints one line per target: executions, inputs
 # that found new coverage, corpus size at the end, coverage (edges) and crashes. Exits
 # non-zero when a target crashed, leaked, hung (10 s on one input) or ran out of memory
 # (2 GB), after naming the input libFuzzer saved (build-fuzz/artifacts/<target>/).
@@ -10,6 +10,7 @@
 #   FUZZ_TARGETS="config frames"  only these targets (default: every folder of
 #                                 tests/fuzz/corpus)
 #   JOBS=N                        build jobs (default 2)
+#   FUZZ_PARALLEL=N               targets run at a time (default: the cores)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 seconds="${1:-30}"
@@ -33,37 +34,64 @@ rm -rf "$artifacts"
 # The value of libFuzzer's final statistic `name` in log `file`, or 0.
 final_stat() { sed -n "s/^stat::$1: *//p" "$2" | tail -1 | grep . || echo 0; }
 
-rows=()
-failed=()
-for name in "${targets[@]}"; do
-  binary="$build/tests/fuzz/${name}_fuzz"
+# fuzz_one NAME: runs target NAME for $seconds; writes its row to $work/NAME.row, and
+# $work/NAME.failed (with what to show) when it crashed, leaked, hung or ran out of memory.
+fuzz_one() {
+  local name="$1"
+  local binary="$build/tests/fuzz/${name}_fuzz"
   if [ ! -x "$binary" ]; then
     # Not configured here (Gloo or LibTorch missing): say so, do not fail.
-    rows+=("$(printf '%-14s not built (its library is not part of this build)' "$name")")
-    continue
+    printf '%-14s not built (its library is not part of this build)\n' "$name" >"$work/$name.row"
+    return
   fi
-  corpus="$work/corpus/$name"
+  local corpus="$work/corpus/$name"
   mkdir -p "$corpus" "$artifacts/$name"
   cp "$root/tests/fuzz/corpus/$name"/* "$corpus/"
   if [ -d "$root/tests/fuzz/regressions/$name" ]; then
     cp "$root/tests/fuzz/regressions/$name"/* "$corpus/"
   fi
-  log="$build/fuzz-$name.log"
-  echo "== fuzz $name (${seconds}s)"
-  rc=0
+  local log="$build/fuzz-$name.log"
+  local rc=0
   "$binary" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
     -artifact_prefix="$artifacts/$name/" "$corpus" >"$log" 2>&1 || rc=$?
+  local crashes cov
   crashes="$(find "$artifacts/$name" -type f | wc -l)"
   cov="$(grep -oE 'cov: [0-9]+' "$log" | tail -1 | cut -d' ' -f2 || true)"
-  rows+=("$(printf '%-14s %12s %8s %8s %8s %8s %8s' "$name" \
+  printf '%-14s %12s %8s %8s %8s %8s %8s\n' "$name" \
     "$(final_stat number_of_executed_units "$log")" "$(final_stat average_exec_per_sec "$log")" \
     "$(final_stat new_units_added "$log")" "$(find "$corpus" -type f | wc -l)" "${cov:-0}" \
-    "$crashes")")
+    "$crashes" >"$work/$name.row"
   if [ "$rc" -ne 0 ] || [ "$crashes" -ne 0 ]; then
+    {
+      echo "fuzz: $name failed (exit status $rc); the end of its log ($log):"
+      grep -vE '^#[0-9]+' "$log" | tail -40 || true
+      find "$artifacts/$name" -type f -printf 'fuzz: input that fails %p\n'
+    } >"$work/$name.failed"
+  fi
+}
+
+# The targets run side by side, one per core (FUZZ_PARALLEL to change it): each still runs
+# for $seconds.
+parallel="${FUZZ_PARALLEL:-$(nproc)}"
+running=0
+for name in "${targets[@]}"; do
+  if [ "$running" -ge "$parallel" ]; then
+    wait -n
+    running=$((running - 1))
+  fi
+  echo "== fuzz $name (${seconds}s)"
+  fuzz_one "$name" &
+  running=$((running + 1))
+done
+wait
+
+rows=()
+failed=()
+for name in "${targets[@]}"; do
+  rows+=("$(cat "$work/$name.row")")
+  if [ -f "$work/$name.failed" ]; then
     failed+=("$name")
-    echo "fuzz: $name failed (exit status $rc); the end of its log ($log):" >&2
-    grep -vE '^#[0-9]+' "$log" | tail -40 >&2 || true
-    find "$artifacts/$name" -type f -printf 'fuzz: input that fails %p\n' >&2
+    cat "$work/$name.failed" >&2
   fi
 done
 
