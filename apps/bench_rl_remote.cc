@@ -147,8 +147,9 @@ int run(const Flags& f) {
   (void)f;
   throw ConfigError("this replicator was built without gRPC: no remote actors to measure");
 #else
-  const std::string self = quote(self_path());
-  const std::string job = self + " train impala --env cartpole --no-progress --json --frames " +
+  const std::string exe = self_path();
+  const std::string job = quote(exe) +
+                          " train impala --env cartpole --no-progress --json --frames " +
                           std::to_string(f.frames) + " --report-every 100";
   std::vector<BenchRow> rows;
   const std::vector<std::string> envs = {"cartpole", "breakout"};
@@ -179,8 +180,8 @@ int run(const Flags& f) {
     const std::string address = "127.0.0.1:" + std::to_string(free_loopback_ports());
     {
       // The actors retry until the learner listens, and exit when it has finished.
-      const std::vector<std::string> actor = {self_path(),     "rl",        "actor",
-                                              "--no-progress", "--learner", address};
+      const std::vector<std::string> actor = {exe,         "rl",   "actor", "--no-progress",
+                                              "--learner", address};
       const BackgroundChild first(actor, std::chrono::seconds(10));
       const BackgroundChild second(actor, std::chrono::seconds(10));
       const std::string processes = job + " --remote-actors 2 --listen " + address + " 2>/dev/null";

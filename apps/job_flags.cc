@@ -45,11 +45,12 @@ void add_job_flags(CLI::App* app, JobFlags& f, const JobFlagTargets& t, const Jo
   app->add_flag(
       "--no-progress", [progress](std::int64_t) { *progress = false; },
       "No progress line on the terminal");
-  if (help.memory) {
-    app->add_option("--memory", f.memory, kMemoryFlagHelp)
-        ->check(CLI::IsMember({"keep", "system"}));
-  }
+  if (help.memory) add_memory_flag(app, f.memory);
   app->add_flag("--json", f.json, "Print the result as one JSON object on stdout");
+}
+
+void add_memory_flag(CLI::App* app, std::string& memory) {
+  app->add_option("--memory", memory, kMemoryFlagHelp)->check(CLI::IsMember({"keep", "system"}));
 }
 
 }  // namespace replicator::apps

@@ -48,4 +48,8 @@ struct JobFlagHelp {
 void add_job_flags(CLI::App* app, JobFlags& flags, const JobFlagTargets& targets,
                    const JobFlagHelp& help);
 
+// Adds --memory (keep or system, apps/memory.h) to `app`, bound to `memory`. Never throws but
+// std::bad_alloc.
+void add_memory_flag(CLI::App* app, std::string& memory);
+
 }  // namespace replicator::apps

@@ -22,7 +22,6 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <memory>

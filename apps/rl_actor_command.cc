@@ -9,6 +9,7 @@
 #include <string>
 
 #include "apps/command.h"
+#include "apps/job_flags.h"
 #include "apps/memory.h"
 #include "apps/train/impala.h"
 #include "apps/train/job.h"
@@ -87,8 +88,7 @@ Command add_rl_actor(CLI::App& rl, char** argv) {
   app->add_option("--learner-timeout", flags->timeout,
                   "Give up when the learner stays unreachable this long (e.g. 30s, 500ms)")
       ->capture_default_str();
-  app->add_option("--memory", flags->memory, kMemoryFlagHelp)
-      ->check(CLI::IsMember({"keep", "system"}));
+  add_memory_flag(app, flags->memory);
   app->add_flag("--json", flags->json, "Print the result as one JSON object on stdout");
   app->add_flag("--no-progress", flags->quiet, "No line at the start");
   return {app, [flags] { return run_actor(*flags); }};
