@@ -31,6 +31,9 @@ struct Config {
   std::string store;
   std::string host = "127.0.0.1";
   std::string job = "replicator";
+  // gloo: where every process of the job runs on this host (same hostname, boot and
+  // namespaces), messages go through shared memory (/dev/shm) instead of TCP; off: always TCP.
+  bool shared_memory = true;
   // Default deadline of every blocking call; a call's own `timeout` option overrides it.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   // How long a replica waiting for its peers spins before it parks on a futex. When the
@@ -74,9 +77,9 @@ struct Config {
   static Config from_env();
 
   // Sets one option by name ("local-replicas", "timeout", "spin", "host-processes",
-  // "engine", "rank", "world-size", "store", "host", "job", "generation", "restart-count",
-  // "heartbeat", "heartbeat-store", "flight-recorder-size", "trace-dir", "timeline",
-  // "trace-signal") from its text form. Throws ConfigError for an unknown name or an
+  // "engine", "rank", "world-size", "store", "host", "job", "shared-memory", "generation",
+  // "restart-count", "heartbeat", "heartbeat-store", "flight-recorder-size", "trace-dir",
+  // "timeline", "trace-signal") from its text form. Throws ConfigError for an unknown name or an
   // invalid value.
   void set(std::string_view name, std::string_view value);
 

@@ -146,14 +146,14 @@ void Config::set(std::string_view name, std::string_view value) {
       throw ConfigError(what + " must not hold control characters, got " + detail::quoted(value));
     }
     (name == "trace-dir" ? trace_dir : timeline) = value;
-  } else if (name == "trace-signal") {
+  } else if (name == "trace-signal" || name == "shared-memory") {
+    bool on = false;
     if (value == "on" || value == "1" || value == "true") {
-      trace_signal = true;
-    } else if (value == "off" || value == "0" || value == "false") {
-      trace_signal = false;
-    } else {
+      on = true;
+    } else if (value != "off" && value != "0" && value != "false") {
       throw ConfigError(what + " must be on or off, got " + detail::quoted(value));
     }
+    (name == "trace-signal" ? trace_signal : shared_memory) = on;
   } else {
     std::string known;
     for (const auto& [option, help] : options()) known += (known.empty() ? "" : ", ") + option;
@@ -172,6 +172,7 @@ std::vector<std::pair<std::string, std::string>> Config::options() {
           {"store", "gloo: rendezvous, file:///shared/dir or redis://host:port"},
           {"host", "gloo: address the other processes reach this one at"},
           {"job", "gloo: job name, keeps jobs sharing a store apart"},
+          {"shared-memory", "gloo: on or off: processes on one host talk through shared memory"},
           {"generation", "elastic jobs: the generation of this process (set by the agent)"},
           {"restart-count", "elastic jobs: restarts before this generation (set by the agent)"},
           {"heartbeat", "elastic jobs: interval of the heartbeat the agent watches, e.g. 1s"},

@@ -32,7 +32,9 @@ std::unique_ptr<Transport> make_transport(const Config& config) {
                                   .lanes = config.local_replicas,
                                   .timeout = config.timeout,
                                   .heartbeat = config.heartbeat,
-                                  .heartbeat_store = config.heartbeat_store});
+                                  .heartbeat_store = config.heartbeat_store,
+                                  .shared_memory = config.shared_memory,
+                                  .spin = config.spin});
 #else
       break;
 #endif

@@ -82,6 +82,7 @@ struct CleanEnv {
   ScopedEnv trace_dir{"REPLICATOR_TRACE_DIR", std::nullopt};
   ScopedEnv timeline{"REPLICATOR_TIMELINE", std::nullopt};
   ScopedEnv trace_signal{"REPLICATOR_TRACE_SIGNAL", std::nullopt};
+  ScopedEnv shared_memory{"REPLICATOR_SHARED_MEMORY", std::nullopt};
 };
 
 // ---- defaults and options() -------------------------------------------------------------
@@ -102,9 +103,9 @@ TEST(ConfigTest, OptionsListsEveryNameSetAccepts) {
   }
   EXPECT_EQ(names, (std::vector<std::string>{"local-replicas", "timeout", "spin", "host-processes",
                                              "engine", "rank", "world-size", "store", "host", "job",
-                                             "generation", "restart-count", "heartbeat",
-                                             "heartbeat-store", "flight-recorder-size", "trace-dir",
-                                             "timeline", "trace-signal"}));
+                                             "shared-memory", "generation", "restart-count",
+                                             "heartbeat", "heartbeat-store", "flight-recorder-size",
+                                             "trace-dir", "timeline", "trace-signal"}));
 }
 
 TEST(ConfigTest, ElasticJobsRunOnGlooOnly) {
@@ -386,6 +387,7 @@ TEST(ConfigFromEnvTest, ReadsEveryVariable) {
   const ScopedEnv trace_dir("REPLICATOR_TRACE_DIR", "/tmp/dumps");
   const ScopedEnv timeline("REPLICATOR_TIMELINE", "run.json");
   const ScopedEnv trace_signal("REPLICATOR_TRACE_SIGNAL", "off");
+  const ScopedEnv shared_memory("REPLICATOR_SHARED_MEMORY", "off");
   const Config config = Config::from_env();
   EXPECT_EQ(config.local_replicas, 3);
   EXPECT_EQ(config.timeout, milliseconds(750));
@@ -394,6 +396,7 @@ TEST(ConfigFromEnvTest, ReadsEveryVariable) {
   EXPECT_EQ(config.trace_dir, "/tmp/dumps");
   EXPECT_EQ(config.timeline, "run.json");
   EXPECT_FALSE(config.trace_signal);
+  EXPECT_FALSE(config.shared_memory);
 }
 
 TEST(ConfigFromEnvTest, BadValueNamesVariableAndValue) {

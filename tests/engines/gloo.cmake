@@ -8,14 +8,23 @@ target_compile_options(gloo_transport_test PRIVATE -Wall -Wextra)
 
 # Rank 1 killed in the middle of an exchange: started by the test itself, not the launcher,
 # which would stop rank 0 as soon as rank 1 dies.
+# Processes of one host talk through shared memory; the "_tcp" cases turn it off.
 add_test(NAME gloo_transport_peer_lost COMMAND gloo_transport_test --peer-lost)
-set(_gloo_tests gloo_transport_peer_lost)
+add_test(NAME gloo_transport_peer_lost_tcp COMMAND gloo_transport_test --peer-lost)
+set_tests_properties(gloo_transport_peer_lost_tcp PROPERTIES
+  ENVIRONMENT "REPLICATOR_SHARED_MEMORY=off")
+set(_gloo_tests gloo_transport_peer_lost gloo_transport_peer_lost_tcp)
 if(TARGET replicator)
   foreach(np 2 3)
     add_test(NAME gloo_transport_np${np}
       COMMAND replicator launch -n ${np} -- $<TARGET_FILE:gloo_transport_test>)
     list(APPEND _gloo_tests gloo_transport_np${np})
   endforeach()
+  add_test(NAME gloo_transport_np2_tcp
+    COMMAND replicator launch -n 2 -- $<TARGET_FILE:gloo_transport_test>)
+  set_tests_properties(gloo_transport_np2_tcp PROPERTIES
+    ENVIRONMENT "REPLICATOR_SHARED_MEMORY=off")
+  list(APPEND _gloo_tests gloo_transport_np2_tcp)
   # Starts redis-server on a free port; exits 77 (skipped) if redis-server is not installed.
   add_test(NAME gloo_transport_redis
     COMMAND gloo_transport_test --redis $<TARGET_FILE:replicator>)

@@ -159,6 +159,7 @@ std::unique_ptr<Transport> make(const std::string& job_suffix, int lanes,
   options.job = world().job + "-" + job_suffix;
   options.lanes = lanes;
   options.timeout = timeout;
+  options.shared_memory = env_or("REPLICATOR_SHARED_MEMORY", "on") != "off";
   return make_gloo_transport(options);
 }
 
@@ -223,6 +224,9 @@ TEST(Worker, RingShiftAndAllToAllOnTwoLanesFromTwoThreads) {
   auto t = make("lanes", 2);
   ASSERT_EQ(t->name(), "gloo");
   ASSERT_EQ(t->rank(), world().rank);
+  // Every process runs on this host: shared memory unless it is turned off (its traits
+  // tell: only it takes a message shorter than its receive).
+  EXPECT_EQ(t->traits().receives_shorter, env_or("REPLICATOR_SHARED_MEMORY", "on") != "off");
   ASSERT_EQ(t->size(), world().size);
   ASSERT_EQ(t->num_lanes(), 2);
   std::string errors[2];

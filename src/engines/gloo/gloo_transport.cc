@@ -25,6 +25,14 @@
 // Known limit of Gloo 0.5: a message whose transfer was under way when its peer died is not
 // failed by Gloo (only messages still waiting for their peer are); such a wait ends at the
 // deadline, as a Timeout naming that peer.
+//
+// Shared memory: every process offers its segment in the store ("<job>/shm/<rank>": host
+// identity, segment name, pid) before it connects; after the connecting barrier each one
+// attaches to all the others' segments if all are on its host, says whether it could
+// ("<job>/shm-ok/<rank>"), and the job uses shared memory only if every process could. Then
+// post() and wait() go through the ShmMesh, and the Gloo connections stay open, unused, to be
+// closed by a failure as before. The mesh moves data only inside this process's own calls,
+// so a failed wait can drop its messages at once.
 
 #include "src/engines/gloo/gloo_transport.h"
 
@@ -37,6 +45,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -59,6 +68,7 @@
 #include "replicator/errors.h"
 #include "src/comm/poison.h"
 #include "src/engines/abort_notice.h"
+#include "src/engines/shm/shm_mesh.h"
 #include "src/engines/store/heartbeat.h"
 #include "src/engines/store/store.h"
 
@@ -86,6 +96,7 @@ constexpr milliseconds kAnnouncePoll{2};
 // Steps of a pipelined all-reduce (see traits()).
 constexpr std::size_t kMinPipelineBytes = std::size_t{64} << 10;
 constexpr std::size_t kMaxPipelineBytes = std::size_t{4} << 20;
+constexpr std::size_t kSharedEagerBytes = 4000;
 
 std::string join_ranks(std::vector<int> ranks) {
   std::sort(ranks.begin(), ranks.end());
@@ -140,7 +151,21 @@ class GlooTransport final : public Transport, public NativeCollectives {
   // transfer with the reduction of the one before: one step per part up to 4 MiB, then
   // steps of 4 MiB (against two steps per part of up to 1 MiB, 4 MiB all-reduces over two
   // processes measured ~10 % faster and 16-64 MiB ones the same).
+  //
+  // Over shared memory a message costs a copy into the ring and a copy out, and a handshake
+  // of about a microsecond: a frame up to OpenMPI's eager size (4 KB, a page) costs no more
+  // to move than a tiny one, and only its used bytes are copied (receives may be longer);
+  // receives posted ahead gain nothing; steps from 64 KiB to half a ring keep two steps in
+  // flight without waiting for room.
   TransportTraits traits() const override {
+    if (shm_) {
+      return {.receives_ahead = false,
+              .receives_shorter = true,
+              .streamed_results = false,
+              .eager_bytes = kSharedEagerBytes,
+              .min_step_bytes = kMinPipelineBytes,
+              .max_step_bytes = std::max(kMinPipelineBytes, shm_->ring_bytes() / 2)};
+    }
     return {.receives_ahead = true,
             .receives_shorter = false,
             .streamed_results = false,
@@ -178,6 +203,12 @@ class GlooTransport final : public Transport, public NativeCollectives {
   };
 
   void connect_lanes(const GlooOptions& options, Clock::time_point deadline);
+  // Makes this process's segment and offers it in the store (or says it has none).
+  std::unique_ptr<ShmMesh> offer_shared_memory(const GlooOptions& options);
+  // Attaches to every peer's segment where all processes offered one on this host; keeps the
+  // mesh only if every process could (see the top of the file).
+  void settle_shared_memory(std::unique_ptr<ShmMesh> mesh);
+  void wait_shared(int lane, Ticket ticket, Clock::time_point deadline);
   // Returns once every process has connected all its lanes.
   void barrier(const std::string& where, Clock::time_point deadline);
   std::string key(const std::string& what, int rank) const {
@@ -207,6 +238,11 @@ class GlooTransport final : public Transport, public NativeCollectives {
                                  Clock::time_point start, Clock::time_point deadline);
   [[noreturn]] void time_out(int lane, std::size_t index, Clock::time_point start,
                              Clock::time_point deadline);
+  [[noreturn]] void throw_timeout(int lane, std::vector<int> missing, bool receives_done,
+                                  Clock::time_point start, Clock::time_point deadline);
+  // `peer` failed while `lane` talked to it (`how` says what was seen): Aborted with its
+  // notice if it left one, else PeerLost.
+  [[noreturn]] void throw_peer_failure(int lane, int peer, const std::string& how);
 
   const int rank_;
   const int size_;
@@ -217,6 +253,8 @@ class GlooTransport final : public Transport, public NativeCollectives {
   std::unique_ptr<Store> store_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::unique_ptr<Lane[]> lanes_;
+  std::unique_ptr<ShmMesh> shm_;  // set once, in the constructor: shared memory is used
+  std::chrono::microseconds shm_spin_{0};
 
   Poison poison_;
   std::mutex mu_;  // guards `announced_`
@@ -258,10 +296,16 @@ GlooTransport::GlooTransport(const GlooOptions& options, std::unique_ptr<Store> 
                       "that the other processes can reach");
   }
   store_->set(key("joined", rank_), {'1'});
+  std::unique_ptr<ShmMesh> mesh = offer_shared_memory(options);
+  const auto threads = static_cast<unsigned>(size_) * static_cast<unsigned>(num_lanes_);
+  shm_spin_ = threads > std::max(1u, std::thread::hardware_concurrency())
+                  ? std::chrono::microseconds(0)
+                  : options.spin;
 
   try {
     connect_lanes(options, deadline);
     barrier(where, deadline);
+    settle_shared_memory(std::move(mesh));
   } catch (const StoreTimeout&) {
     std::vector<int> absent;
     int joined = 0;
@@ -315,6 +359,69 @@ void GlooTransport::connect_lanes(const GlooOptions& options, Clock::time_point 
     }
     lane.buffers.reserve(2 * static_cast<std::size_t>(size_));
     lane.messages.reserve(2 * static_cast<std::size_t>(size_));
+  }
+}
+
+std::unique_ptr<ShmMesh> GlooTransport::offer_shared_memory(const GlooOptions& options) {
+  std::unique_ptr<ShmMesh> mesh;
+  std::string offer = "-";
+  if (options.shared_memory && size_ > 1) {
+    const std::string host = ShmMesh::host_identity();
+    if (!host.empty()) {
+      try {
+        mesh = std::make_unique<ShmMesh>(rank_, size_, num_lanes_);
+        offer = host + "\n" + mesh->name() + "\n" + std::to_string(getpid());
+      } catch (const Error&) {
+        mesh.reset();  // no /dev/shm here: TCP it is
+      }
+    }
+  }
+  store_->set(key("shm", rank_), std::vector<char>(offer.begin(), offer.end()));
+  return mesh;
+}
+
+void GlooTransport::settle_shared_memory(std::unique_ptr<ShmMesh> mesh) {
+  if (size_ == 1) return;
+  bool usable = mesh != nullptr;
+  const std::string host = usable ? ShmMesh::host_identity() : std::string();
+  std::vector<std::string> names(static_cast<std::size_t>(size_));
+  std::vector<int> pids(static_cast<std::size_t>(size_), 0);
+  for (int q = 0; q < size_ && usable; ++q) {
+    if (q == rank_) continue;
+    store_->wait({key("shm", q)});
+    const std::vector<char> raw = store_->get(key("shm", q));
+    const std::string text(raw.begin(), raw.end());
+    const std::size_t first = text.find('\n');
+    const std::size_t second = first == std::string::npos ? first : text.find('\n', first + 1);
+    if (second == std::string::npos || text.substr(0, first) != host) {
+      usable = false;
+      break;
+    }
+    names[static_cast<std::size_t>(q)] = text.substr(first + 1, second - first - 1);
+    const std::string pid = text.substr(second + 1);
+    const auto parsed =
+        std::from_chars(pid.data(), pid.data() + pid.size(), pids[static_cast<std::size_t>(q)]);
+    usable = parsed.ec == std::errc() && parsed.ptr == pid.data() + pid.size();
+  }
+  if (usable) {
+    try {
+      mesh->attach(names, pids);
+    } catch (const Error&) {
+      usable = false;
+    }
+  }
+  store_->set(key("shm-ok", rank_), {usable ? '1' : '0'});
+  bool everyone = usable;
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    store_->wait({key("shm-ok", q)});
+    const std::vector<char> ok = store_->get(key("shm-ok", q));
+    everyone = everyone && ok.size() == 1 && ok[0] == '1';
+  }
+  // Every peer that says '1' has mapped this process's segment: its name can go.
+  if (everyone) {
+    mesh->unlink();
+    shm_ = std::move(mesh);
   }
 }
 
@@ -402,6 +509,11 @@ Transport::Ticket GlooTransport::post(int lane, std::span<const SendOp> sends,
   Lane& l = lanes_[lane];
   if (poison_.is_set()) drop_poisoned(l);
   if (self) copy_to_self(lane, sends, recvs);
+  if (shm_) {
+    const Ticket ticket = ++l.posted;
+    shm_->post(lane, ticket, sends, recvs);
+    return ticket;
+  }
 
   const Clock::time_point start = Clock::now();
   const Ticket ticket = ++l.posted;
@@ -447,6 +559,10 @@ void GlooTransport::wait(int lane, Ticket ticket, Clock::time_point deadline) {
   check_lane(lane);
   Lane& l = lanes_[lane];
   if (poison_.is_set()) drop_poisoned(l);
+  if (shm_) {
+    wait_shared(lane, ticket, deadline);
+    return;
+  }
   std::size_t end = l.head;
   while (end < l.messages.size() && l.messages[end].ticket <= ticket) ++end;
   if (end == l.head) return;
@@ -476,6 +592,37 @@ void GlooTransport::wait(int lane, Ticket ticket, Clock::time_point deadline) {
   finish(l, false);
 }
 
+void GlooTransport::wait_shared(int lane, Ticket ticket, Clock::time_point deadline) {
+  const Clock::time_point start = Clock::now();
+  const ShmMesh::WaitResult result = shm_->wait(lane, ticket, deadline, shm_spin_, poison_);
+  Lane& l = lanes_[lane];
+  switch (result.outcome) {
+    case ShmMesh::Outcome::kDone:
+      return;
+    case ShmMesh::Outcome::kPoisoned:
+      drop_poisoned(l);
+    case ShmMesh::Outcome::kTimedOut: {
+      bool receives_done = false;
+      std::vector<int> missing = shm_->missing(lane, ticket, &receives_done);
+      throw_timeout(lane, std::move(missing), receives_done, start, deadline);
+    }
+    case ShmMesh::Outcome::kPeerFailed:
+      throw_peer_failure(lane, result.peer, "it announced a failure in shared memory");
+    case ShmMesh::Outcome::kPeerGone:
+      throw_peer_failure(lane, result.peer, "its process exited");
+    case ShmMesh::Outcome::kTooLong:
+      break;
+  }
+  const std::string why = "gloo engine: exchange on lane " + std::to_string(lane) + ": process " +
+                          std::to_string(result.peer) + " sent a message of " +
+                          std::to_string(result.sent) + " bytes to a receive of " +
+                          std::to_string(result.expected) +
+                          " bytes; the transport is poisoned, restart the job";
+  fail(why, why);
+  finish(l, true);
+  throw Error(why);
+}
+
 void GlooTransport::drop_poisoned(Lane& lane) {
   fail(reason(), reason());  // makes sure the connections are closed before the buffers go
   finish(lane, true);
@@ -487,6 +634,7 @@ void GlooTransport::finish(Lane& lane, bool all) noexcept {
     std::lock_guard lock(lane.mu);
     lane.waiting = false;
   }
+  if (shm_ && all) shm_->drop(static_cast<int>(&lane - lanes_.get()));
   if (all || lane.head == lane.buffers.size()) {
     lane.buffers.clear();
     lane.messages.clear();
@@ -555,20 +703,25 @@ void GlooTransport::fail_message(int lane, std::size_t index, const std::excepti
     finish(l, true);
     throw Error(why);
   }
-  if (auto announced = announced_failure(message.peer)) {
-    const std::string why =
-        "process " + std::to_string(message.peer) + " failed: " + announced->why;
+  throw_peer_failure(lane, message.peer,
+                     std::string("its connection closed while ") +
+                         (message.is_recv ? "receiving from" : "sending to") + " it: " + text);
+}
+
+void GlooTransport::throw_peer_failure(int lane, int peer, const std::string& how) {
+  Lane& l = lanes_[lane];
+  if (auto announced = announced_failure(peer)) {
+    const std::string why = "process " + std::to_string(peer) + " failed: " + announced->why;
     fail(why, why, announced->replica);
     finish(l, true);
     throw Aborted(why, announced->replica);
   }
-  const std::string why = where + "lost process " + std::to_string(message.peer) +
-                          " (its connection closed while " +
-                          (message.is_recv ? "receiving from" : "sending to") + " it: " + text +
+  const std::string why = "gloo engine: exchange on lane " + std::to_string(lane) +
+                          ": lost process " + std::to_string(peer) + " (" + how +
                           "); the transport is poisoned, restart the job";
   fail(why, why);
   finish(l, true);
-  throw PeerLost(why, message.peer);
+  throw PeerLost(why, peer);
 }
 
 void GlooTransport::time_out(int lane, std::size_t index, Clock::time_point start,
@@ -593,10 +746,14 @@ void GlooTransport::time_out(int lane, std::size_t index, Clock::time_point star
     if (!completed) (m.is_recv ? missing_recv : missing_send).push_back(m.peer);
   }
   const bool receives_done = missing_recv.empty();
-  std::vector<int> missing = receives_done ? std::move(missing_send) : std::move(missing_recv);
+  throw_timeout(lane, receives_done ? std::move(missing_send) : std::move(missing_recv),
+                receives_done, start, deadline);
+}
+
+void GlooTransport::throw_timeout(int lane, std::vector<int> missing, bool receives_done,
+                                  Clock::time_point start, Clock::time_point deadline) {
   std::sort(missing.begin(), missing.end());
   missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
-
   const auto limit =
       std::max(std::chrono::ceil<milliseconds>(deadline - start), milliseconds::zero());
   const std::string who = (missing.size() == 1 ? "process " : "processes ") + join_ranks(missing);
@@ -605,7 +762,7 @@ void GlooTransport::time_out(int lane, std::size_t index, Clock::time_point star
       (receives_done ? " did not take delivery" : " did not deliver") + " within " +
       std::to_string(limit.count()) + " ms; the transport is poisoned, restart the job";
   fail(why, why);
-  finish(l, true);
+  finish(lanes_[lane], true);
   throw Timeout(why, "exchange", 0, limit, std::move(missing));
 }
 
@@ -627,6 +784,7 @@ void GlooTransport::fail(const std::string& reason, const std::string& why,
     } catch (...) {
       // The store is gone too: the peers will report this process as lost.
     }
+    if (shm_) shm_->announce_failure();
   }
   for (int l = 0; l < num_lanes_; ++l) {
     try {
@@ -634,6 +792,7 @@ void GlooTransport::fail(const std::string& reason, const std::string& why,
     } catch (...) {
     }
   }
+  if (shm_) shm_->wake_local();
   // Connections closed first: a woken exchange frees its buffers, and Gloo's event loop
   // must no longer be able to write into them.
   for (int l = 0; l < num_lanes_; ++l) {

@@ -33,6 +33,13 @@ struct GlooOptions {
   // zero: no heartbeat.
   std::chrono::milliseconds heartbeat{0};
   std::string heartbeat_store;
+  // Where every process of the job runs on this host (ShmMesh::host_identity), messages go
+  // through shared memory (src/engines/shm/shm_mesh.h) instead of TCP. All processes agree
+  // in the rendezvous; one that cannot use it (or has it off) makes all use TCP.
+  bool shared_memory = true;
+  // How long a wait on shared memory spins before it parks; where the job has more threads
+  // on this host than cores (size x lanes), it yields instead.
+  std::chrono::microseconds spin{50};
 };
 
 // Makes a transport with `options.lanes` lanes among the `options.size` processes that call
@@ -51,6 +58,9 @@ struct GlooOptions {
 //                    timed out (says how many processes joined), a peer could not be
 //                    connected (with a hint about --host), or the closing barrier of the
 //                    rendezvous failed (a peer died meanwhile).
+// Over shared memory, failures are told the same way (the notice in the store, and a flag in
+// each peer's segment), a dead peer is seen through its process's exit, and the traits
+// differ (receives may be longer than their messages; frames as long as OpenMPI's).
 // The transport is thread-safe in the sense of Transport: one thread per lane at a time,
 // different lanes at once; abort() from any thread at any time. post() allocates only
 // small per-message objects of Gloo (no data copies, no big buffers); it skips zero-byte

@@ -1,0 +1,556 @@
+// ShmMesh; the contract is in shm_mesh.h.
+//
+// A segment: a header line, a line with the count of failures announced to this process,
+// one flag per process (set by that process when it fails), one line per lane with its
+// bell and the count of threads parked on it, then one ring per lane and process (the
+// rings from this process itself stay unused): a line with `written` (bytes the writer has
+// put in, ever), a line with `read` (bytes the reader has taken out), then the data.
+//
+// A ring is single-producer single-consumer: the writer stores its data, then `written`
+// (release); the reader loads `written` (acquire), copies, then stores `read` (release),
+// which the writer loads (acquire) before reusing the room. After either moves, it bumps
+// the other process's bell for the lane (seq_cst) and makes the wake system call only if
+// a thread is parked there. A waiter reads the bell before it looks at its rings and parks
+// only while the bell still holds that value, so no change is missed.
+
+#include "src/engines/shm/shm_mesh.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <system_error>
+
+#include "replicator/errors.h"
+#include "src/comm/futex.h"
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+namespace replicator::detail {
+namespace {
+
+constexpr std::uint64_t kMagic = 0x7265706c73686d31;  // "replshm1"
+constexpr std::size_t kLine = 64;
+constexpr std::size_t kRingControl = 2 * kLine;
+constexpr std::size_t kHeaderBytes = 8;  // a message's length
+constexpr std::size_t kMaxRingBytes = std::size_t{1} << 20;
+constexpr std::size_t kMinRingBytes = std::size_t{64} << 10;
+constexpr std::size_t kSegmentTarget = std::size_t{16} << 20;
+// Longest park before a waiter checks its peers' processes and the clock again.
+constexpr std::chrono::milliseconds kMaxPark{50};
+constexpr int kYields = 4;
+
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+std::size_t framed(std::size_t bytes) { return kHeaderBytes + round_up(bytes, 8); }
+
+std::string system_error_text(int error) {
+  return std::error_code(error, std::generic_category()).message();
+}
+
+template <typename T>
+std::atomic_ref<T> at(std::byte* base, std::size_t offset) {
+  return std::atomic_ref<T>(*reinterpret_cast<T*>(base + offset));
+}
+
+void futex_wait_shared(std::uint32_t* word, std::uint32_t expected,
+                       std::chrono::nanoseconds timeout) {
+  if (timeout <= std::chrono::nanoseconds::zero()) return;
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(timeout.count() / 1'000'000'000);
+  ts.tv_nsec = static_cast<long>(timeout.count() % 1'000'000'000);
+  syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake_shared(std::uint32_t* word) {
+  syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+std::string read_first_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+std::string namespace_id(const char* which) {
+  struct stat st {};
+  const std::string path = std::string("/proc/self/ns/") + which;
+  if (stat(path.c_str(), &st) != 0) return {};
+  return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+}
+
+}  // namespace
+
+// Offsets into a segment.
+struct ShmMesh::Segment {
+  static constexpr std::size_t kFailures = kLine;
+  static constexpr std::size_t kFlags = 2 * kLine;
+  static std::size_t bells(int size) {
+    return kFlags + round_up(static_cast<std::size_t>(size) * sizeof(std::uint32_t), kLine);
+  }
+  static std::size_t bell(int size, int lane) {
+    return bells(size) + static_cast<std::size_t>(lane) * kLine;
+  }
+  static std::size_t sleepers(int size, int lane) {
+    return bell(size, lane) + sizeof(std::uint32_t);
+  }
+  static std::size_t rings(int size, int lanes) { return bell(size, lanes); }
+  static std::size_t ring(int size, int lanes, std::size_t ring_bytes, int lane, int writer) {
+    return rings(size, lanes) + (static_cast<std::size_t>(lane) * static_cast<std::size_t>(size) +
+                                 static_cast<std::size_t>(writer)) *
+                                    (kRingControl + ring_bytes);
+  }
+  static std::size_t bytes(int size, int lanes, std::size_t ring_bytes) {
+    return ring(size, lanes, ring_bytes, lanes, 0);
+  }
+};
+
+struct ShmMesh::Op {
+  int peer;
+  bool is_recv;
+  bool done;
+  Ticket ticket;
+  std::byte* data;
+  std::size_t bytes;   // the buffer's
+  std::size_t length;  // the message's (a receive: known once its header is read)
+  std::size_t moved;   // bytes of the framed message written or read so far
+};
+
+struct ShmMesh::Lane {
+  std::vector<Op> ops;  // in posting order; those before `head` have completed
+  std::size_t head = 0;
+  // Per peer: indices into `ops` of its sends and receives, in order, and the first not done.
+  std::vector<std::vector<std::size_t>> sends, recvs;
+  std::vector<std::size_t> send_head, recv_head;
+  int pending = 0;  // ops not done
+};
+
+std::string ShmMesh::host_identity() noexcept {
+  try {
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) != 0) return {};
+    const std::string boot = read_first_line("/proc/sys/kernel/random/boot_id");
+    std::string id = std::string(host) + "|" + boot;
+    for (const char* ns : {"ipc", "mnt", "pid", "net"}) {
+      const std::string one = namespace_id(ns);
+      if (one.empty()) return {};
+      id += "|" + one;
+    }
+    return boot.empty() ? std::string() : id;
+  } catch (...) {
+    return {};
+  }
+}
+
+std::size_t ShmMesh::ring_bytes_for(int size, int lanes) {
+  const std::size_t rings = static_cast<std::size_t>(std::max(1, size - 1)) *
+                            static_cast<std::size_t>(std::max(1, lanes));
+  return std::clamp(std::bit_floor(kSegmentTarget / rings), kMinRingBytes, kMaxRingBytes);
+}
+
+ShmMesh::ShmMesh(int rank, int size, int lanes)
+    : rank_(rank),
+      size_(size),
+      lanes_(lanes),
+      ring_bytes_(ring_bytes_for(size, lanes)),
+      segment_bytes_(Segment::bytes(size, lanes, ring_bytes_)),
+      segments_(static_cast<std::size_t>(std::max(size, 0)), nullptr),
+      pidfds_(static_cast<std::size_t>(std::max(size, 0)), -1),
+      lane_state_(static_cast<std::size_t>(std::max(lanes, 0))) {
+  if (size < 1 || rank < 0 || rank >= size || lanes < 1) {
+    throw InvalidArgument("shared memory: rank " + std::to_string(rank) + " of " +
+                          std::to_string(size) + " processes with " + std::to_string(lanes) +
+                          " lanes is out of range");
+  }
+  std::random_device device;
+  std::ostringstream name;
+  name << "/replicator-" << getpid() << "-" << std::hex << device() << device();
+  name_ = name.str();
+  const int fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) {
+    throw Error("shared memory: cannot create " + name_ +
+                " in /dev/shm: " + system_error_text(errno));
+  }
+  linked_ = true;
+  void* base = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(segment_bytes_)) == 0) {
+    base = mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  const int error = errno;
+  close(fd);
+  if (base == MAP_FAILED) {
+    unlink();
+    throw Error("shared memory: cannot size or map " + std::to_string(segment_bytes_) +
+                " bytes of " + name_ + ": " + system_error_text(error));
+  }
+  std::byte* mine = static_cast<std::byte*>(base);
+  segments_[static_cast<std::size_t>(rank)] = mine;
+  std::memcpy(mine, &kMagic, sizeof kMagic);
+  for (Lane& lane : lane_state_) {
+    lane.sends.resize(static_cast<std::size_t>(size));
+    lane.recvs.resize(static_cast<std::size_t>(size));
+    lane.send_head.assign(static_cast<std::size_t>(size), 0);
+    lane.recv_head.assign(static_cast<std::size_t>(size), 0);
+  }
+}
+
+ShmMesh::~ShmMesh() {
+  unlink();
+  for (std::byte* segment : segments_) {
+    if (segment != nullptr) munmap(segment, segment_bytes_);
+  }
+  for (int fd : pidfds_) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+void ShmMesh::unlink() noexcept {
+  if (linked_) shm_unlink(name_.c_str());
+  linked_ = false;
+}
+
+void ShmMesh::attach(const std::vector<std::string>& names, const std::vector<int>& pids) {
+  if (names.size() != static_cast<std::size_t>(size_) || pids.size() != names.size()) {
+    throw InvalidArgument("shared memory: attach needs a name and a pid for each of the " +
+                          std::to_string(size_) + " processes");
+  }
+  std::vector<std::byte*> mapped(segments_.size(), nullptr);
+  std::vector<int> fds(segments_.size(), -1);
+  auto undo = [&] {
+    for (std::size_t q = 0; q < mapped.size(); ++q) {
+      if (mapped[q] != nullptr) munmap(mapped[q], segment_bytes_);
+      if (fds[q] >= 0) close(fds[q]);
+    }
+  };
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    const auto i = static_cast<std::size_t>(q);
+    const int fd = shm_open(names[i].c_str(), O_RDWR, 0);
+    void* base = MAP_FAILED;
+    struct stat st {};
+    if (fd >= 0 && fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) == segment_bytes_) {
+      base = mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    } else if (fd >= 0) {
+      errno = EINVAL;
+    }
+    const int error = errno;
+    if (fd >= 0) close(fd);
+    std::uint64_t magic = 0;
+    if (base != MAP_FAILED) std::memcpy(&magic, base, sizeof magic);
+    if (base == MAP_FAILED || magic != kMagic) {
+      if (base != MAP_FAILED) munmap(base, segment_bytes_);
+      undo();
+      throw Error("shared memory: cannot map the segment " + names[i] + " of process " +
+                  std::to_string(q) + ": " +
+                  (base == MAP_FAILED ? system_error_text(error) : std::string("not ours")));
+    }
+    mapped[i] = static_cast<std::byte*>(base);
+    fds[i] = static_cast<int>(syscall(SYS_pidfd_open, pids[i], 0));
+    if (fds[i] < 0) {
+      const int pid_error = errno;
+      undo();
+      throw Error("shared memory: cannot watch process " + std::to_string(q) + " (pid " +
+                  std::to_string(pids[i]) + "): " + system_error_text(pid_error));
+    }
+  }
+  for (std::size_t q = 0; q < mapped.size(); ++q) {
+    if (static_cast<int>(q) == rank_) continue;
+    segments_[q] = mapped[q];
+    pidfds_[q] = fds[q];
+  }
+}
+
+void ShmMesh::post(int lane, Ticket ticket, std::span<const SendOp> sends,
+                   std::span<const RecvOp> recvs) {
+  if (lane < 0 || lane >= lanes_) {
+    throw InvalidArgument("shared memory: lane " + std::to_string(lane) + " out of range");
+  }
+  Lane& l = lane_state_[static_cast<std::size_t>(lane)];
+  for (const RecvOp& op : recvs) {
+    if (op.peer == rank_) continue;
+    l.recvs[static_cast<std::size_t>(op.peer)].push_back(l.ops.size());
+    l.ops.push_back(
+        {op.peer, true, false, ticket, static_cast<std::byte*>(op.data), op.bytes, 0, 0});
+    ++l.pending;
+  }
+  bool any_send = false;
+  for (const SendOp& op : sends) {
+    if (op.peer == rank_) continue;
+    l.sends[static_cast<std::size_t>(op.peer)].push_back(l.ops.size());
+    l.ops.push_back({op.peer, false, false, ticket,
+                     const_cast<std::byte*>(static_cast<const std::byte*>(op.data)), op.bytes,
+                     op.bytes, 0});
+    ++l.pending;
+    any_send = true;
+  }
+  if (!any_send) return;
+  for (int q = 0; q < size_; ++q) {
+    if (q != rank_ &&
+        l.send_head[static_cast<std::size_t>(q)] < l.sends[static_cast<std::size_t>(q)].size()) {
+      send_some(lane, q);
+    }
+  }
+}
+
+void ShmMesh::ring_bell(int process, int lane) noexcept {
+  std::byte* segment = segments_[static_cast<std::size_t>(process)];
+  at<std::uint32_t>(segment, Segment::bell(size_, lane)).fetch_add(1, std::memory_order_seq_cst);
+  if (at<std::uint32_t>(segment, Segment::sleepers(size_, lane)).load(std::memory_order_seq_cst) !=
+      0) {
+    futex_wake_shared(reinterpret_cast<std::uint32_t*>(segment + Segment::bell(size_, lane)));
+  }
+}
+
+// Writes the front sends to `peer` into the ring (lane, this process) of the peer's segment.
+bool ShmMesh::send_some(int lane, int peer) noexcept {
+  Lane& l = lane_state_[static_cast<std::size_t>(lane)];
+  const auto p = static_cast<std::size_t>(peer);
+  std::byte* ring = segments_[p] + Segment::ring(size_, lanes_, ring_bytes_, lane, rank_);
+  std::byte* data = ring + kRingControl;
+  auto written = at<std::uint64_t>(ring, 0);
+  const std::uint64_t start = written.load(std::memory_order_relaxed);
+  std::uint64_t w = start;
+  const std::uint64_t r = at<std::uint64_t>(ring, kLine).load(std::memory_order_acquire);
+  const std::size_t mask = ring_bytes_ - 1;
+  while (l.send_head[p] < l.sends[p].size()) {
+    Op& op = l.ops[l.sends[p][l.send_head[p]]];
+    std::size_t room = ring_bytes_ - static_cast<std::size_t>(w - r);
+    if (op.moved == 0) {
+      if (room < kHeaderBytes) break;
+      const std::uint64_t length = op.bytes;
+      std::memcpy(data + (w & mask), &length, kHeaderBytes);
+      w += kHeaderBytes;
+      op.moved = kHeaderBytes;
+      room -= kHeaderBytes;
+    }
+    const std::size_t total = framed(op.bytes);
+    while (op.moved < total && room > 0) {
+      const std::size_t offset = op.moved - kHeaderBytes;
+      const std::size_t pos = static_cast<std::size_t>(w & mask);
+      std::size_t n = std::min({room, total - op.moved, ring_bytes_ - pos});
+      if (offset < op.bytes) {
+        n = std::min(n, op.bytes - offset);
+        std::memcpy(data + pos, op.data + offset, n);
+      }  // else: padding, left as it is
+      w += n;
+      op.moved += n;
+      room -= n;
+    }
+    if (op.moved < total) break;
+    op.done = true;
+    --l.pending;
+    ++l.send_head[p];
+  }
+  if (w == start) return false;
+  written.store(w, std::memory_order_release);
+  ring_bell(peer, lane);
+  return true;
+}
+
+// Reads from the ring (lane, peer) of this process's segment into the front receives.
+bool ShmMesh::recv_some(int lane, int peer, WaitResult* error) noexcept {
+  Lane& l = lane_state_[static_cast<std::size_t>(lane)];
+  const auto p = static_cast<std::size_t>(peer);
+  std::byte* ring = segments_[static_cast<std::size_t>(rank_)] +
+                    Segment::ring(size_, lanes_, ring_bytes_, lane, peer);
+  const std::byte* data = ring + kRingControl;
+  auto read = at<std::uint64_t>(ring, kLine);
+  const std::uint64_t start = read.load(std::memory_order_relaxed);
+  std::uint64_t r = start;
+  const std::uint64_t w = at<std::uint64_t>(ring, 0).load(std::memory_order_acquire);
+  const std::size_t mask = ring_bytes_ - 1;
+  while (l.recv_head[p] < l.recvs[p].size()) {
+    Op& op = l.ops[l.recvs[p][l.recv_head[p]]];
+    std::size_t available = static_cast<std::size_t>(w - r);
+    if (op.moved == 0) {
+      if (available < kHeaderBytes) break;
+      std::uint64_t length = 0;
+      std::memcpy(&length, data + (r & mask), kHeaderBytes);
+      if (length > op.bytes) {
+        *error = {Outcome::kTooLong, peer, static_cast<std::size_t>(length), op.bytes};
+        break;
+      }
+      op.length = static_cast<std::size_t>(length);
+      r += kHeaderBytes;
+      op.moved = kHeaderBytes;
+      available -= kHeaderBytes;
+    }
+    const std::size_t total = framed(op.length);
+    while (op.moved < total && available > 0) {
+      const std::size_t offset = op.moved - kHeaderBytes;
+      const std::size_t pos = static_cast<std::size_t>(r & mask);
+      std::size_t n = std::min({available, total - op.moved, ring_bytes_ - pos});
+      if (offset < op.length) {
+        n = std::min(n, op.length - offset);
+        std::memcpy(op.data + offset, data + pos, n);
+      }
+      r += n;
+      op.moved += n;
+      available -= n;
+    }
+    if (op.moved < total) break;
+    op.done = true;
+    --l.pending;
+    ++l.recv_head[p];
+  }
+  if (r == start) return false;
+  read.store(r, std::memory_order_release);
+  ring_bell(peer, lane);
+  return true;
+}
+
+bool ShmMesh::progress(int lane, WaitResult* error) noexcept {
+  Lane& l = lane_state_[static_cast<std::size_t>(lane)];
+  bool moved = false;
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    const auto i = static_cast<std::size_t>(q);
+    if (l.recv_head[i] < l.recvs[i].size()) moved = recv_some(lane, q, error) || moved;
+    if (error->outcome != Outcome::kDone) return moved;
+    if (l.send_head[i] < l.sends[i].size()) moved = send_some(lane, q) || moved;
+  }
+  return moved;
+}
+
+bool ShmMesh::complete(const Lane& lane, Ticket ticket) const noexcept {
+  for (std::size_t i = lane.head; i < lane.ops.size() && lane.ops[i].ticket <= ticket; ++i) {
+    if (!lane.ops[i].done) return false;
+  }
+  return true;
+}
+
+int ShmMesh::failed_peer() const noexcept {
+  std::byte* mine = segments_[static_cast<std::size_t>(rank_)];
+  if (at<std::uint32_t>(mine, Segment::kFailures).load(std::memory_order_acquire) == 0) return -1;
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    if (at<std::uint32_t>(mine,
+                          Segment::kFlags + static_cast<std::size_t>(q) * sizeof(std::uint32_t))
+            .load(std::memory_order_acquire) != 0) {
+      return q;
+    }
+  }
+  return -1;
+}
+
+int ShmMesh::gone_peer() const noexcept {
+  for (int q = 0; q < size_; ++q) {
+    const int fd = pidfds_[static_cast<std::size_t>(q)];
+    if (fd < 0) continue;
+    pollfd one{fd, POLLIN, 0};
+    if (poll(&one, 1, 0) > 0 && (one.revents & (POLLIN | POLLHUP | POLLERR)) != 0) return q;
+  }
+  return -1;
+}
+
+ShmMesh::WaitResult ShmMesh::wait(int lane, Ticket ticket, Clock::time_point deadline,
+                                  std::chrono::microseconds spin, const Poison& poison) noexcept {
+  Lane& l = lane_state_[static_cast<std::size_t>(lane)];
+  std::byte* mine = segments_[static_cast<std::size_t>(rank_)];
+  auto bell = at<std::uint32_t>(mine, Segment::bell(size_, lane));
+  auto sleepers = at<std::uint32_t>(mine, Segment::sleepers(size_, lane));
+  WaitResult result;
+  const Clock::time_point spin_end = Clock::now() + spin;
+  int yields = 0;
+  for (std::uint64_t round = 0;; ++round) {
+    const std::uint32_t seen = bell.load(std::memory_order_seq_cst);
+    const bool moved = progress(lane, &result);
+    if (result.outcome != Outcome::kDone) return result;
+    if (complete(l, ticket)) break;
+    if (poison.is_set()) return {Outcome::kPoisoned};
+    if (const int q = failed_peer(); q >= 0) return {Outcome::kPeerFailed, q};
+    if (moved) continue;
+    if ((round & 15) != 0 && spin.count() > 0) {
+      cpu_relax();
+      continue;
+    }
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) return {Outcome::kTimedOut};
+    if (now < spin_end) {
+      cpu_relax();
+      continue;
+    }
+    if (spin.count() == 0 && yields < kYields) {
+      ++yields;
+      sched_yield();
+      continue;
+    }
+    sleepers.fetch_add(1, std::memory_order_seq_cst);
+    futex_wait_shared(reinterpret_cast<std::uint32_t*>(mine + Segment::bell(size_, lane)), seen,
+                      std::min<Clock::duration>(deadline - now, kMaxPark));
+    sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    // After every park (at most kMaxPark long), a look at the peers' processes.
+    if (const int q = gone_peer(); q >= 0) {
+      // What it wrote before it died still counts.
+      progress(lane, &result);
+      if (result.outcome == Outcome::kDone && complete(l, ticket)) break;
+      if (result.outcome != Outcome::kDone) return result;
+      return {Outcome::kPeerGone, q};
+    }
+  }
+  while (l.head < l.ops.size() && l.ops[l.head].done) ++l.head;
+  if (l.pending == 0) drop(lane);
+  return result;
+}
+
+std::vector<int> ShmMesh::missing(int lane, Ticket ticket, bool* receives_done) const {
+  const Lane& l = lane_state_[static_cast<std::size_t>(lane)];
+  std::vector<int> recvs;
+  std::vector<int> sends;
+  for (std::size_t i = l.head; i < l.ops.size() && l.ops[i].ticket <= ticket; ++i) {
+    const Op& op = l.ops[i];
+    if (!op.done) (op.is_recv ? recvs : sends).push_back(op.peer);
+  }
+  *receives_done = recvs.empty();
+  std::vector<int> out = recvs.empty() ? std::move(sends) : std::move(recvs);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+void ShmMesh::drop(int lane) noexcept {
+  Lane& l = lane_state_[static_cast<std::size_t>(lane)];
+  l.ops.clear();
+  l.head = 0;
+  l.pending = 0;
+  for (std::size_t q = 0; q < l.sends.size(); ++q) {
+    l.sends[q].clear();
+    l.recvs[q].clear();
+    l.send_head[q] = 0;
+    l.recv_head[q] = 0;
+  }
+}
+
+void ShmMesh::announce_failure() noexcept {
+  for (int q = 0; q < size_; ++q) {
+    std::byte* segment = segments_[static_cast<std::size_t>(q)];
+    if (q == rank_ || segment == nullptr) continue;
+    at<std::uint32_t>(segment,
+                      Segment::kFlags + static_cast<std::size_t>(rank_) * sizeof(std::uint32_t))
+        .store(1, std::memory_order_release);
+    at<std::uint32_t>(segment, Segment::kFailures).fetch_add(1, std::memory_order_acq_rel);
+    for (int lane = 0; lane < lanes_; ++lane) ring_bell(q, lane);
+  }
+}
+
+void ShmMesh::wake_local() noexcept {
+  for (int lane = 0; lane < lanes_; ++lane) ring_bell(rank_, lane);
+}
+
+}  // namespace replicator::detail

@@ -1,0 +1,137 @@
+// ShmMesh: the processes of one host talking through shared memory, the same-host path of
+// the gloo engine (where every process of a job runs on one host, its messages skip TCP and
+// Gloo's event loop; see gloo_transport.h).
+//
+// Each process owns one segment in /dev/shm holding, for every lane and every other
+// process, a ring that the other process writes into and this one reads from (a byte
+// stream of messages, each an 8-byte length and its bytes padded to 8), and per lane a
+// "bell": a 32-bit word that a peer bumps whenever it wrote into one of this process's
+// rings or freed room in one of the rings this process writes, and on which a waiting
+// thread parks (a futex shared between processes).
+//
+// There is no thread of its own: a send is copied into its ring by post() as far as the
+// ring has room, and the rest, like every receive, by wait(), which moves every pending
+// message of its lane (not only those it waits for), so two processes that wait on each
+// other always make progress. A send completes once its last byte is in the ring.
+//
+// Failures: announce_failure() flags this process in every peer's segment and rings all
+// their bells; a peer that died is seen through a pidfd (its exit, zombie or not), polled
+// whenever a waiting thread wakes from its park (at least every 50 ms).
+//
+// Threads: one thread per lane at a time, different lanes at once (as Transport);
+// announce_failure() and wake_local() from any thread at any time.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "src/comm/poison.h"
+#include "src/engines/transport.h"
+
+namespace replicator::detail {
+
+class ShmMesh {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using Ticket = std::uint64_t;
+
+  // What makes two processes "one host" here: the same hostname, boot, and ipc, mount, pid
+  // and network namespaces (so they see the same /dev/shm, each other's pids, and the same
+  // addresses). Empty where it cannot be read. Never throws.
+  static std::string host_identity() noexcept;
+
+  // Creates this process's segment for `size` processes and `lanes` lanes, rings of
+  // ring_bytes_for(size, lanes) bytes. Does not block. Throws Error where /dev/shm refuses
+  // (the message says why) and InvalidArgument for a rank, size or lanes out of range.
+  ShmMesh(int rank, int size, int lanes);
+  // Unmaps every segment and removes this process's name from /dev/shm if unlink() has not.
+  ~ShmMesh();
+  ShmMesh(const ShmMesh&) = delete;
+  ShmMesh& operator=(const ShmMesh&) = delete;
+
+  // Ring size: 1 MiB for up to 16 rings per segment, shrinking (to 64 KiB at least) as the
+  // job grows so that a segment stays near 16 MiB. A power of two.
+  static std::size_t ring_bytes_for(int size, int lanes);
+  std::size_t ring_bytes() const { return ring_bytes_; }
+  // The segment's name in /dev/shm (unique to this process and moment).
+  const std::string& name() const { return name_; }
+
+  // Maps every peer's segment (names[q]) and opens a pidfd on its process (pids[q]); this
+  // process's own entries are ignored. Blocks only on the system calls. Throws Error naming
+  // the peer whose segment or process cannot be opened (nothing is kept then).
+  void attach(const std::vector<std::string>& names, const std::vector<int>& pids);
+  // Removes this process's name from /dev/shm (the mappings stay). Call once every peer has
+  // attached. Never throws.
+  void unlink() noexcept;
+
+  // Queues the sends and receives (messages to or from this process itself are skipped; the
+  // caller copies them) under `ticket`, and copies what fits of the sends into their rings.
+  // A receive takes a message of at most its size. Never blocks; throws InvalidArgument for a
+  // lane out of range (peers are the caller's to check).
+  void post(int lane, Ticket ticket, std::span<const SendOp> sends, std::span<const RecvOp> recvs);
+
+  enum class Outcome {
+    kDone,        // every message of the posts up to the ticket completed
+    kPoisoned,    // `poison` was set (this process failed; wake_local() woke the wait)
+    kTimedOut,    // the deadline passed first (see missing())
+    kPeerFailed,  // `peer` announced a failure
+    kPeerGone,    // `peer`'s process exited
+    kTooLong,     // `peer` sent a message longer than its receive (`sent` > `expected`)
+  };
+  struct WaitResult {
+    Outcome outcome = Outcome::kDone;
+    int peer = -1;
+    std::size_t sent = 0;
+    std::size_t expected = 0;
+  };
+
+  // Blocks until every message of `lane` posted with a ticket up to `ticket` has completed,
+  // moving every pending message of the lane meanwhile. Spins for `spin` (zero: yields a few
+  // times instead) before it parks. Never throws; a result other than kDone leaves the lane's
+  // messages pending, for missing() and then drop().
+  WaitResult wait(int lane, Ticket ticket, Clock::time_point deadline,
+                  std::chrono::microseconds spin, const Poison& poison) noexcept;
+
+  // The peers of the posts up to `ticket` on `lane` whose receives have not all completed
+  // (`receives_done` false), or, if those all have, whose sends have not. Sorted, unique.
+  std::vector<int> missing(int lane, Ticket ticket, bool* receives_done) const;
+  // Forgets every pending message of `lane` (their buffers are never touched again).
+  void drop(int lane) noexcept;
+
+  // Flags this process as failed in every attached peer's segment and rings their bells.
+  // Never blocks, never throws.
+  void announce_failure() noexcept;
+  // Rings this process's own bells, so its waits in progress look at `poison` again.
+  void wake_local() noexcept;
+
+ private:
+  struct Segment;
+  struct Op;
+  struct Lane;
+
+  // Moves what it can of the lane's pending messages; returns whether anything moved.
+  bool progress(int lane, WaitResult* error) noexcept;
+  bool send_some(int lane, int peer) noexcept;
+  bool recv_some(int lane, int peer, WaitResult* error) noexcept;
+  bool complete(const Lane& lane, Ticket ticket) const noexcept;
+  void ring_bell(int process, int lane) noexcept;
+  int failed_peer() const noexcept;
+  int gone_peer() const noexcept;
+
+  const int rank_;
+  const int size_;
+  const int lanes_;
+  const std::size_t ring_bytes_;
+  const std::size_t segment_bytes_;
+  std::string name_;
+  bool linked_ = false;
+  std::vector<std::byte*> segments_;  // by process; this process's own at rank_
+  std::vector<int> pidfds_;           // by process; -1 for this process
+  std::vector<Lane> lane_state_;
+};
+
+}  // namespace replicator::detail

@@ -1,0 +1,293 @@
+// ShmMesh, in one process: the two ends of a two-process mesh as two objects (each maps the
+// other's segment, as two processes would), driven from threads.
+
+#include "src/engines/shm/shm_mesh.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "replicator/errors.h"
+
+namespace replicator::detail {
+namespace {
+
+using Clock = ShmMesh::Clock;
+using Outcome = ShmMesh::Outcome;
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+struct Pair {
+  std::unique_ptr<ShmMesh> a;
+  std::unique_ptr<ShmMesh> b;
+  Poison poison_a;
+  Poison poison_b;
+};
+
+// Ranks 0 and 1 of a 2-process mesh with `lanes` lanes; `pid_of_b` is the process rank 0
+// watches as rank 1 (this one unless a test says otherwise).
+std::unique_ptr<Pair> make_pair(int lanes, int pid_of_b = getpid()) {
+  auto pair = std::make_unique<Pair>();
+  pair->a = std::make_unique<ShmMesh>(0, 2, lanes);
+  pair->b = std::make_unique<ShmMesh>(1, 2, lanes);
+  const std::vector<std::string> names = {pair->a->name(), pair->b->name()};
+  pair->a->attach(names, {getpid(), pid_of_b});
+  pair->b->attach(names, {getpid(), getpid()});
+  pair->a->unlink();
+  pair->b->unlink();
+  return pair;
+}
+
+std::uint8_t pattern(int src, int lane, int round, std::size_t i) {
+  return static_cast<std::uint8_t>(src * 37 + lane * 101 + round * 7 + i * 13 + (i >> 9));
+}
+
+// Rank `rank` of a pair: sends `bytes` to the other and receives as many, `rounds` times.
+std::string exchange_rounds(ShmMesh& mesh, int rank, const Poison& poison, int lane,
+                            std::size_t bytes, int rounds) {
+  const int peer = 1 - rank;
+  ShmMesh::Ticket ticket = 0;
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<std::uint8_t> out(bytes);
+    std::vector<std::uint8_t> in(bytes, 0xee);
+    for (std::size_t i = 0; i < bytes; ++i) out[i] = pattern(rank, lane, round, i);
+    const SendOp send{peer, out.data(), bytes};
+    const RecvOp recv{peer, in.data(), bytes};
+    mesh.post(lane, ++ticket, {&send, 1}, {&recv, 1});
+    const auto result =
+        mesh.wait(lane, ticket, Clock::now() + std::chrono::seconds(30), microseconds(20), poison);
+    if (result.outcome != Outcome::kDone) {
+      return "lane " + std::to_string(lane) + " round " + std::to_string(round) + ": outcome " +
+             std::to_string(static_cast<int>(result.outcome));
+    }
+    for (std::size_t i = 0; i < bytes; ++i) {
+      if (in[i] != pattern(peer, lane, round, i)) {
+        return std::to_string(bytes) + "-byte message on lane " + std::to_string(lane) + " round " +
+               std::to_string(round) + " differs at byte " + std::to_string(i);
+      }
+    }
+  }
+  return {};
+}
+
+TEST(ShmMesh, MessagesOfEverySizeArriveIntactOnTwoLanesAtOnce) {
+  auto pair = make_pair(2);
+  // The biggest is three rings long: it moves only while both sides wait.
+  const std::size_t big = 3 * pair->a->ring_bytes() + 5;
+  for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{4099}, big}) {
+    std::string errors[4];
+    std::vector<std::thread> threads;
+    for (int lane = 0; lane < 2; ++lane) {
+      threads.emplace_back([&, lane] {
+        errors[lane * 2] = exchange_rounds(*pair->a, 0, pair->poison_a, lane, bytes, 3);
+      });
+      threads.emplace_back([&, lane] {
+        errors[lane * 2 + 1] = exchange_rounds(*pair->b, 1, pair->poison_b, lane, bytes, 3);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const std::string& e : errors) EXPECT_EQ(e, "") << bytes << " bytes";
+  }
+}
+
+TEST(ShmMesh, ManyMessagesPostedAheadArriveInOrder) {
+  auto pair = make_pair(1);
+  // 64 messages of 40 KiB from one post: more than a ring holds, so post() copies some and
+  // the waits the rest.
+  constexpr int kCount = 64;
+  constexpr std::size_t kBytes = 40 << 10;
+  std::vector<std::vector<std::uint8_t>> out(kCount, std::vector<std::uint8_t>(kBytes));
+  std::vector<std::vector<std::uint8_t>> in(kCount, std::vector<std::uint8_t>(kBytes, 0));
+  std::vector<SendOp> sends;
+  std::vector<RecvOp> recvs;
+  for (int k = 0; k < kCount; ++k) {
+    for (std::size_t i = 0; i < kBytes; ++i) out[k][i] = pattern(0, 0, k, i);
+    sends.push_back({1, out[k].data(), kBytes});
+    recvs.push_back({0, in[k].data(), kBytes});
+  }
+  std::thread receiver([&] {
+    pair->b->post(0, 1, {}, recvs);
+    EXPECT_EQ(
+        pair->b
+            ->wait(0, 1, Clock::now() + std::chrono::seconds(30), microseconds(0), pair->poison_b)
+            .outcome,
+        Outcome::kDone);
+  });
+  pair->a->post(0, 1, sends, {});
+  EXPECT_EQ(
+      pair->a->wait(0, 1, Clock::now() + std::chrono::seconds(30), microseconds(0), pair->poison_a)
+          .outcome,
+      Outcome::kDone);
+  receiver.join();
+  for (int k = 0; k < kCount; ++k) {
+    ASSERT_EQ(in[k], out[k]) << "message " << k;
+  }
+}
+
+TEST(ShmMesh, AReceiveTakesAShorterMessageButNotALongerOne) {
+  auto pair = make_pair(1);
+  const std::uint32_t three[3] = {7, 8, 9};
+  std::uint32_t four[4] = {0, 0, 0, 42};
+  const SendOp send{1, three, sizeof three};
+  const RecvOp recv{0, four, sizeof four};
+  pair->a->post(0, 1, {&send, 1}, {});
+  pair->b->post(0, 1, {}, {&recv, 1});
+  EXPECT_EQ(
+      pair->b->wait(0, 1, Clock::now() + std::chrono::seconds(5), microseconds(0), pair->poison_b)
+          .outcome,
+      Outcome::kDone);
+  EXPECT_EQ(four[0], 7u);
+  EXPECT_EQ(four[2], 9u);
+  EXPECT_EQ(four[3], 42u);  // left as it was
+
+  const SendOp long_send{1, four, sizeof four};
+  std::uint32_t two[2] = {};
+  const RecvOp short_recv{0, two, sizeof two};
+  pair->a->post(0, 2, {&long_send, 1}, {});
+  pair->b->post(0, 2, {}, {&short_recv, 1});
+  const auto result =
+      pair->b->wait(0, 2, Clock::now() + std::chrono::seconds(5), microseconds(0), pair->poison_b);
+  EXPECT_EQ(result.outcome, Outcome::kTooLong);
+  EXPECT_EQ(result.peer, 0);
+  EXPECT_EQ(result.sent, sizeof four);
+  EXPECT_EQ(result.expected, sizeof two);
+}
+
+TEST(ShmMesh, AReceiveThatNeverComesTimesOutNamingThePeer) {
+  auto pair = make_pair(1);
+  std::uint64_t word = 0;
+  const RecvOp recv{1, &word, sizeof word};
+  pair->a->post(0, 1, {}, {&recv, 1});
+  const auto start = Clock::now();
+  const auto result =
+      pair->a->wait(0, 1, start + milliseconds(120), microseconds(50), pair->poison_a);
+  EXPECT_EQ(result.outcome, Outcome::kTimedOut);
+  EXPECT_GE(Clock::now() - start, milliseconds(120));
+  bool receives_done = true;
+  EXPECT_EQ(pair->a->missing(0, 1, &receives_done), std::vector<int>{1});
+  EXPECT_FALSE(receives_done);
+  pair->a->drop(0);
+  EXPECT_EQ(pair->a->missing(0, 1, &receives_done), std::vector<int>{});
+}
+
+TEST(ShmMesh, ASendThatFindsNoRoomTimesOutAsNotTakenDelivery) {
+  auto pair = make_pair(1);
+  std::vector<std::uint8_t> big(2 * pair->a->ring_bytes());
+  const SendOp send{1, big.data(), big.size()};
+  pair->a->post(0, 1, {&send, 1}, {});
+  EXPECT_EQ(
+      pair->a->wait(0, 1, Clock::now() + milliseconds(60), microseconds(0), pair->poison_a).outcome,
+      Outcome::kTimedOut);
+  bool receives_done = false;
+  EXPECT_EQ(pair->a->missing(0, 1, &receives_done), std::vector<int>{1});
+  EXPECT_TRUE(receives_done);
+}
+
+TEST(ShmMesh, AnAnnouncedFailureWakesTheParkedPeer) {
+  auto pair = make_pair(2);
+  std::uint64_t word = 0;
+  const RecvOp recv{1, &word, sizeof word};
+  pair->a->post(1, 1, {}, {&recv, 1});
+  std::thread failer([&] {
+    std::this_thread::sleep_for(milliseconds(30));
+    pair->b->announce_failure();
+  });
+  const auto start = Clock::now();
+  const auto result =
+      pair->a->wait(1, 1, start + std::chrono::seconds(20), microseconds(0), pair->poison_a);
+  failer.join();
+  EXPECT_EQ(result.outcome, Outcome::kPeerFailed);
+  EXPECT_EQ(result.peer, 1);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST(ShmMesh, PoisonAndWakeLocalReleaseAWaitOnAnotherThread) {
+  auto pair = make_pair(1);
+  std::uint64_t word = 0;
+  const RecvOp recv{1, &word, sizeof word};
+  pair->a->post(0, 1, {}, {&recv, 1});
+  std::thread poisoner([&] {
+    std::this_thread::sleep_for(milliseconds(30));
+    pair->poison_a.set("test");
+    pair->a->wake_local();
+  });
+  const auto result =
+      pair->a->wait(0, 1, Clock::now() + std::chrono::seconds(20), microseconds(0), pair->poison_a);
+  poisoner.join();
+  EXPECT_EQ(result.outcome, Outcome::kPoisoned);
+}
+
+TEST(ShmMesh, APeerWhoseProcessExitsIsGone) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    usleep(100'000);
+    _exit(0);
+  }
+  auto pair = make_pair(1, child);
+  std::uint64_t word = 0;
+  const RecvOp recv{1, &word, sizeof word};
+  pair->a->post(0, 1, {}, {&recv, 1});
+  const auto result =
+      pair->a->wait(0, 1, Clock::now() + std::chrono::seconds(20), microseconds(0), pair->poison_a);
+  EXPECT_EQ(result.outcome, Outcome::kPeerGone);
+  EXPECT_EQ(result.peer, 1);
+  int status = 0;
+  waitpid(child, &status, 0);
+}
+
+TEST(ShmMesh, WhatAPeerSentBeforeItExitedStillArrives) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  usleep(20'000);
+  // Rank 1 "is" the exited child (a zombie until reaped below): its message is already in
+  // the ring when rank 0 waits.
+  auto pair = make_pair(1, child);
+  const std::uint64_t sent = 0x1234;
+  const SendOp send{0, &sent, sizeof sent};
+  pair->b->post(0, 1, {&send, 1}, {});
+  std::uint64_t got = 0;
+  const RecvOp recv{1, &got, sizeof got};
+  pair->a->post(0, 1, {}, {&recv, 1});
+  EXPECT_EQ(
+      pair->a->wait(0, 1, Clock::now() + std::chrono::seconds(5), microseconds(0), pair->poison_a)
+          .outcome,
+      Outcome::kDone);
+  EXPECT_EQ(got, sent);
+  int status = 0;
+  waitpid(child, &status, 0);
+}
+
+TEST(ShmMesh, AttachNamesThePeerItCannotMapAndUnlinkRemovesTheName) {
+  ShmMesh a(0, 2, 1);
+  EXPECT_THROW(a.attach({a.name(), "/replicator-no-such-segment"}, {getpid(), getpid()}), Error);
+  EXPECT_THROW(a.attach({a.name()}, {getpid()}), InvalidArgument);
+  const int fd = shm_open(a.name().c_str(), O_RDONLY, 0);
+  EXPECT_GE(fd, 0);
+  if (fd >= 0) close(fd);
+  a.unlink();
+  EXPECT_LT(shm_open(a.name().c_str(), O_RDONLY, 0), 0);
+  EXPECT_THROW(ShmMesh(2, 2, 1), InvalidArgument);
+  EXPECT_THROW(ShmMesh(0, 2, 0), InvalidArgument);
+}
+
+TEST(ShmMesh, HostIdentityIsStableAndRingsShrinkAsTheJobGrows) {
+  const std::string id = ShmMesh::host_identity();
+  EXPECT_FALSE(id.empty());
+  EXPECT_EQ(id, ShmMesh::host_identity());
+  EXPECT_EQ(ShmMesh::ring_bytes_for(2, 1), std::size_t{1} << 20);
+  EXPECT_EQ(ShmMesh::ring_bytes_for(8, 4), std::size_t{512} << 10);
+  EXPECT_EQ(ShmMesh::ring_bytes_for(64, 8), std::size_t{64} << 10);
+}
+
+}  // namespace
+}  // namespace replicator::detail
