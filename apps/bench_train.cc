@@ -235,6 +235,9 @@ int run_bench_train(const BenchTrainFlags& f) {
     ratio("local 2x1 / local 1 replica x 2 threads (keep)", two, med("local-1x2t", k));
     ratio("local 2x1 / DDP gloo 2x1 (keep)", two, med("ddp-gloo-2x1", k));
     ratio("mpi 2x1 / DDP gloo 2x1 (keep)", med("mpi-2x1", k), med("ddp-gloo-2x1", k));
+    ratio("local 2x1 / mpi 2x1 (keep)", two, med("mpi-2x1", k));
+    ratio("gloo 2x1 / mpi 2x1 (keep)", med("gloo-2x1", k), med("mpi-2x1", k));
+    ratio("gloo 2x1 / DDP gloo 2x1 (keep)", med("gloo-2x1", k), med("ddp-gloo-2x1", k));
     ratio("local 2x1 / DDP gloo 2x1 channels last (keep)", two, med("ddp-gloo-2x1-cl", k));
     ratio("memory keep / system, local 1x1", med("local-1x1", k),
           med("local-1x1", MemoryMode::kSystem));
