@@ -188,15 +188,18 @@ ShmMesh::ShmMesh(int rank, int size, int lanes)
                 " in /dev/shm: " + system_error_text(errno));
   }
   linked_ = true;
+  // Allocated now, not on first touch: a /dev/shm too small for it (a container's 64 MiB)
+  // fails here, and the job uses TCP, instead of a SIGBUS in the middle of a run.
   void* base = MAP_FAILED;
-  if (ftruncate(fd, static_cast<off_t>(segment_bytes_)) == 0) {
+  int error = posix_fallocate(fd, 0, static_cast<off_t>(segment_bytes_));
+  if (error == 0) {
     base = mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) error = errno;
   }
-  const int error = errno;
   close(fd);
   if (base == MAP_FAILED) {
     unlink();
-    throw Error("shared memory: cannot size or map " + std::to_string(segment_bytes_) +
+    throw Error("shared memory: cannot allocate or map " + std::to_string(segment_bytes_) +
                 " bytes of " + name_ + ": " + system_error_text(error));
   }
   std::byte* mine = static_cast<std::byte*>(base);

@@ -45,8 +45,9 @@ class ShmMesh {
   static std::string host_identity() noexcept;
 
   // Creates this process's segment for `size` processes and `lanes` lanes, rings of
-  // ring_bytes_for(size, lanes) bytes. Does not block. Throws Error where /dev/shm refuses
-  // (the message says why) and InvalidArgument for a rank, size or lanes out of range.
+  // ring_bytes_for(size, lanes) bytes, its memory allocated at once. Does not block. Throws
+  // Error where /dev/shm refuses or has no room (the message says why) and InvalidArgument
+  // for a rank, size or lanes out of range.
   ShmMesh(int rank, int size, int lanes);
   // Unmaps every segment and removes this process's name from /dev/shm if unlink() has not.
   ~ShmMesh();
