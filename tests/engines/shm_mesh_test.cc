@@ -62,8 +62,8 @@ std::string exchange_rounds(ShmMesh& mesh, int rank, const Poison& poison, int l
     const SendOp send{peer, out.data(), bytes};
     const RecvOp recv{peer, in.data(), bytes};
     mesh.post(lane, ++ticket, {&send, 1}, {&recv, 1});
-    const auto result =
-        mesh.wait(lane, ticket, Clock::now() + std::chrono::seconds(30), microseconds(20), poison);
+    const auto result = mesh.wait(lane, ticket, Clock::now() + std::chrono::seconds(30),
+                                  microseconds(20), microseconds(1000), poison);
     if (result.outcome != Outcome::kDone) {
       return "lane " + std::to_string(lane) + " round " + std::to_string(round) + ": outcome " +
              std::to_string(static_cast<int>(result.outcome));
@@ -115,17 +115,18 @@ TEST(ShmMesh, ManyMessagesPostedAheadArriveInOrder) {
   }
   std::thread receiver([&] {
     pair->b->post(0, 1, {}, recvs);
-    EXPECT_EQ(
-        pair->b
-            ->wait(0, 1, Clock::now() + std::chrono::seconds(30), microseconds(0), pair->poison_b)
-            .outcome,
-        Outcome::kDone);
+    EXPECT_EQ(pair->b
+                  ->wait(0, 1, Clock::now() + std::chrono::seconds(30), microseconds(0),
+                         microseconds(0), pair->poison_b)
+                  .outcome,
+              Outcome::kDone);
   });
   pair->a->post(0, 1, sends, {});
-  EXPECT_EQ(
-      pair->a->wait(0, 1, Clock::now() + std::chrono::seconds(30), microseconds(0), pair->poison_a)
-          .outcome,
-      Outcome::kDone);
+  EXPECT_EQ(pair->a
+                ->wait(0, 1, Clock::now() + std::chrono::seconds(30), microseconds(0),
+                       microseconds(0), pair->poison_a)
+                .outcome,
+            Outcome::kDone);
   receiver.join();
   for (int k = 0; k < kCount; ++k) {
     ASSERT_EQ(in[k], out[k]) << "message " << k;
@@ -140,10 +141,11 @@ TEST(ShmMesh, AReceiveTakesAShorterMessageButNotALongerOne) {
   const RecvOp recv{0, four, sizeof four};
   pair->a->post(0, 1, {&send, 1}, {});
   pair->b->post(0, 1, {}, {&recv, 1});
-  EXPECT_EQ(
-      pair->b->wait(0, 1, Clock::now() + std::chrono::seconds(5), microseconds(0), pair->poison_b)
-          .outcome,
-      Outcome::kDone);
+  EXPECT_EQ(pair->b
+                ->wait(0, 1, Clock::now() + std::chrono::seconds(5), microseconds(0),
+                       microseconds(0), pair->poison_b)
+                .outcome,
+            Outcome::kDone);
   EXPECT_EQ(four[0], 7u);
   EXPECT_EQ(four[2], 9u);
   EXPECT_EQ(four[3], 42u);  // left as it was
@@ -153,8 +155,8 @@ TEST(ShmMesh, AReceiveTakesAShorterMessageButNotALongerOne) {
   const RecvOp short_recv{0, two, sizeof two};
   pair->a->post(0, 2, {&long_send, 1}, {});
   pair->b->post(0, 2, {}, {&short_recv, 1});
-  const auto result =
-      pair->b->wait(0, 2, Clock::now() + std::chrono::seconds(5), microseconds(0), pair->poison_b);
+  const auto result = pair->b->wait(0, 2, Clock::now() + std::chrono::seconds(5), microseconds(0),
+                                    microseconds(0), pair->poison_b);
   EXPECT_EQ(result.outcome, Outcome::kTooLong);
   EXPECT_EQ(result.peer, 0);
   EXPECT_EQ(result.sent, sizeof four);
@@ -167,8 +169,8 @@ TEST(ShmMesh, AReceiveThatNeverComesTimesOutNamingThePeer) {
   const RecvOp recv{1, &word, sizeof word};
   pair->a->post(0, 1, {}, {&recv, 1});
   const auto start = Clock::now();
-  const auto result =
-      pair->a->wait(0, 1, start + milliseconds(120), microseconds(50), pair->poison_a);
+  const auto result = pair->a->wait(0, 1, start + milliseconds(120), microseconds(50),
+                                    microseconds(0), pair->poison_a);
   EXPECT_EQ(result.outcome, Outcome::kTimedOut);
   EXPECT_GE(Clock::now() - start, milliseconds(120));
   bool receives_done = true;
@@ -183,9 +185,11 @@ TEST(ShmMesh, ASendThatFindsNoRoomTimesOutAsNotTakenDelivery) {
   std::vector<std::uint8_t> big(2 * pair->a->ring_bytes());
   const SendOp send{1, big.data(), big.size()};
   pair->a->post(0, 1, {&send, 1}, {});
-  EXPECT_EQ(
-      pair->a->wait(0, 1, Clock::now() + milliseconds(60), microseconds(0), pair->poison_a).outcome,
-      Outcome::kTimedOut);
+  EXPECT_EQ(pair->a
+                ->wait(0, 1, Clock::now() + milliseconds(60), microseconds(0), microseconds(0),
+                       pair->poison_a)
+                .outcome,
+            Outcome::kTimedOut);
   bool receives_done = false;
   EXPECT_EQ(pair->a->missing(0, 1, &receives_done), std::vector<int>{1});
   EXPECT_TRUE(receives_done);
@@ -201,8 +205,8 @@ TEST(ShmMesh, AnAnnouncedFailureWakesTheParkedPeer) {
     pair->b->announce_failure();
   });
   const auto start = Clock::now();
-  const auto result =
-      pair->a->wait(1, 1, start + std::chrono::seconds(20), microseconds(0), pair->poison_a);
+  const auto result = pair->a->wait(1, 1, start + std::chrono::seconds(20), microseconds(0),
+                                    microseconds(100'000), pair->poison_a);
   failer.join();
   EXPECT_EQ(result.outcome, Outcome::kPeerFailed);
   EXPECT_EQ(result.peer, 1);
@@ -219,8 +223,8 @@ TEST(ShmMesh, PoisonAndWakeLocalReleaseAWaitOnAnotherThread) {
     pair->poison_a.set("test");
     pair->a->wake_local();
   });
-  const auto result =
-      pair->a->wait(0, 1, Clock::now() + std::chrono::seconds(20), microseconds(0), pair->poison_a);
+  const auto result = pair->a->wait(0, 1, Clock::now() + std::chrono::seconds(20), microseconds(0),
+                                    microseconds(0), pair->poison_a);
   poisoner.join();
   EXPECT_EQ(result.outcome, Outcome::kPoisoned);
 }
@@ -236,8 +240,8 @@ TEST(ShmMesh, APeerWhoseProcessExitsIsGone) {
   std::uint64_t word = 0;
   const RecvOp recv{1, &word, sizeof word};
   pair->a->post(0, 1, {}, {&recv, 1});
-  const auto result =
-      pair->a->wait(0, 1, Clock::now() + std::chrono::seconds(20), microseconds(0), pair->poison_a);
+  const auto result = pair->a->wait(0, 1, Clock::now() + std::chrono::seconds(20), microseconds(0),
+                                    microseconds(0), pair->poison_a);
   EXPECT_EQ(result.outcome, Outcome::kPeerGone);
   EXPECT_EQ(result.peer, 1);
   int status = 0;
@@ -258,10 +262,11 @@ TEST(ShmMesh, WhatAPeerSentBeforeItExitedStillArrives) {
   std::uint64_t got = 0;
   const RecvOp recv{1, &got, sizeof got};
   pair->a->post(0, 1, {}, {&recv, 1});
-  EXPECT_EQ(
-      pair->a->wait(0, 1, Clock::now() + std::chrono::seconds(5), microseconds(0), pair->poison_a)
-          .outcome,
-      Outcome::kDone);
+  EXPECT_EQ(pair->a
+                ->wait(0, 1, Clock::now() + std::chrono::seconds(5), microseconds(0),
+                       microseconds(0), pair->poison_a)
+                .outcome,
+            Outcome::kDone);
   EXPECT_EQ(got, sent);
   int status = 0;
   waitpid(child, &status, 0);

@@ -37,8 +37,9 @@ struct GlooOptions {
   // through shared memory (src/engines/shm/shm_mesh.h) instead of TCP. All processes agree
   // in the rendezvous; one that cannot use it (or has it off) makes all use TCP.
   bool shared_memory = true;
-  // How long a wait on shared memory spins before it parks; where the job has more threads
-  // on this host than cores (size x lanes), it yields instead.
+  // How long a wait on shared memory spins before it yields (for up to 50 ms) and then
+  // parks; where the job has more threads on this host than cores (size x lanes), it only
+  // yields a few times before it parks.
   std::chrono::microseconds spin{50};
 };
 

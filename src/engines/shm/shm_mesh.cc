@@ -463,13 +463,15 @@ int ShmMesh::gone_peer() const noexcept {
 }
 
 ShmMesh::WaitResult ShmMesh::wait(int lane, Ticket ticket, Clock::time_point deadline,
-                                  std::chrono::microseconds spin, const Poison& poison) noexcept {
+                                  std::chrono::microseconds spin, std::chrono::microseconds yield,
+                                  const Poison& poison) noexcept {
   Lane& l = lane_state_[static_cast<std::size_t>(lane)];
   std::byte* mine = segments_[static_cast<std::size_t>(rank_)];
   auto bell = at<std::uint32_t>(mine, Segment::bell(size_, lane));
   auto sleepers = at<std::uint32_t>(mine, Segment::sleepers(size_, lane));
   WaitResult result;
   const Clock::time_point spin_end = Clock::now() + spin;
+  const Clock::time_point yield_end = spin_end + yield;
   int yields = 0;
   for (std::uint64_t round = 0;; ++round) {
     const std::uint32_t seen = bell.load(std::memory_order_seq_cst);
@@ -489,7 +491,7 @@ ShmMesh::WaitResult ShmMesh::wait(int lane, Ticket ticket, Clock::time_point dea
       cpu_relax();
       continue;
     }
-    if (spin.count() == 0 && yields < kYields) {
+    if (now < yield_end || (spin.count() == 0 && yields < kYields)) {
       ++yields;
       sched_yield();
       continue;

@@ -91,11 +91,12 @@ class ShmMesh {
   };
 
   // Blocks until every message of `lane` posted with a ticket up to `ticket` has completed,
-  // moving every pending message of the lane meanwhile. Spins for `spin` (zero: yields a few
-  // times instead) before it parks. Never throws; a result other than kDone leaves the lane's
-  // messages pending, for missing() and then drop().
+  // moving every pending message of the lane meanwhile. Spins for `spin`, then yields the
+  // core for `yield` (at least a few times), then parks. Never throws; a result other than
+  // kDone leaves the lane's messages pending, for missing() and then drop().
   WaitResult wait(int lane, Ticket ticket, Clock::time_point deadline,
-                  std::chrono::microseconds spin, const Poison& poison) noexcept;
+                  std::chrono::microseconds spin, std::chrono::microseconds yield,
+                  const Poison& poison) noexcept;
 
   // The peers of the posts up to `ticket` on `lane` whose receives have not all completed
   // (`receives_done` false), or, if those all have, whose sends have not. Sorted, unique.
