@@ -31,8 +31,9 @@ struct Config {
   std::string store;
   std::string host = "127.0.0.1";
   std::string job = "replicator";
-  // gloo: where every process of the job runs on this host (same hostname, boot and
-  // namespaces), messages go through shared memory (/dev/shm) instead of TCP; off: always TCP.
+  // Where every process of the job runs on this host (same hostname, boot and namespaces),
+  // messages go through shared memory (/dev/shm): gloo, all of them instead of TCP; mpi,
+  // those of up to 4,000 bytes (frames, small collectives) instead of MPI. Off: never.
   bool shared_memory = true;
   // Default deadline of every blocking call; a call's own `timeout` option overrides it.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};

@@ -172,7 +172,7 @@ std::vector<std::pair<std::string, std::string>> Config::options() {
           {"store", "gloo: rendezvous, file:///shared/dir or redis://host:port"},
           {"host", "gloo: address the other processes reach this one at"},
           {"job", "gloo: job name, keeps jobs sharing a store apart"},
-          {"shared-memory", "gloo: on or off: processes on one host talk through shared memory"},
+          {"shared-memory", "on or off: processes on one host talk through shared memory"},
           {"generation", "elastic jobs: the generation of this process (set by the agent)"},
           {"restart-count", "elastic jobs: restarts before this generation (set by the agent)"},
           {"heartbeat", "elastic jobs: interval of the heartbeat the agent watches, e.g. 1s"},

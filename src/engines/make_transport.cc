@@ -18,7 +18,7 @@ std::unique_ptr<Transport> make_transport(const Config& config) {
       return nullptr;
     case Engine::kMpi:
 #if defined(REPLICATOR_HAVE_MPI)
-      return make_mpi_transport(config.local_replicas);
+      return make_mpi_transport(config.local_replicas, kMpiMaxMessage, config.shared_memory);
 #else
       break;
 #endif

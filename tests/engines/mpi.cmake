@@ -11,3 +11,9 @@ foreach(np 2 3)
             $<TARGET_FILE:mpi_transport_test>)
   set_tests_properties(mpi_transport_np${np} PROPERTIES LABELS "multiproc" TIMEOUT 120)
 endforeach()
+# Small messages go through shared memory between processes of one host; here through MPI.
+add_test(NAME mpi_transport_np2_no_shared_memory
+  COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 2
+          -x REPLICATOR_SHARED_MEMORY=off $<TARGET_FILE:mpi_transport_test>)
+set_tests_properties(mpi_transport_np2_no_shared_memory PROPERTIES
+  LABELS "multiproc" TIMEOUT 120)

@@ -16,7 +16,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -58,10 +60,18 @@ long mismatches(const std::vector<std::uint8_t>& got, int src, int dst, int lane
   return bad;
 }
 
+// The transport under test: small messages through shared memory unless
+// REPLICATOR_SHARED_MEMORY=off (the test runs both ways).
+std::unique_ptr<Transport> make(int lanes, std::size_t max_message = kMpiMaxMessage) {
+  const char* shared = std::getenv("REPLICATOR_SHARED_MEMORY");
+  return make_mpi_transport(lanes, max_message,
+                            shared == nullptr || std::string_view(shared) != "off");
+}
+
 const std::vector<std::size_t> kSizes = {0, 1, 4099, std::size_t{3} << 20};
 
 TEST(MpiTransport, Basics) {
-  auto t = make_mpi_transport(2);
+  auto t = make(2);
   int world_rank = -1;
   int world_size = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -77,7 +87,7 @@ TEST(MpiTransport, Basics) {
 // Lane 0 shifts a ring while lane 1, driven by another thread, runs an all-to-all (self
 // included), over every size and a few rounds.
 TEST(MpiTransport, TwoLanesConcurrently) {
-  auto t = make_mpi_transport(2);
+  auto t = make(2);
   const int me = t->rank();
   const int n = t->size();
   std::exception_ptr errors[2];
@@ -139,7 +149,7 @@ TEST(MpiTransport, TwoLanesConcurrently) {
 // Several messages to one peer in one exchange arrive in order; messages longer than the
 // transport's largest MPI message are split and put back together.
 TEST(MpiTransport, OrderAndSplitMessages) {
-  auto t = make_mpi_transport(1, 1000);
+  auto t = make(1, 1000);
   const int me = t->rank();
   const int n = t->size();
   const int next = (me + 1) % n;
@@ -164,7 +174,7 @@ TEST(MpiTransport, OrderAndSplitMessages) {
 }
 
 TEST(MpiTransport, NativeAllReduce) {
-  auto t = make_mpi_transport(1);
+  auto t = make(1);
   const int n = t->size();
   std::vector<float> data(1000);
   for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(t->rank() + i);
@@ -176,7 +186,7 @@ TEST(MpiTransport, NativeAllReduce) {
 }
 
 TEST(MpiTransport, BadArguments) {
-  auto t = make_mpi_transport(1);
+  auto t = make(1);
   std::uint8_t byte = 0;
   const SendOp to_nobody{t->size(), &byte, 1};
   const RecvOp from_nobody{-1, &byte, 1};
@@ -188,16 +198,16 @@ TEST(MpiTransport, BadArguments) {
 
 TEST(MpiTransport, DifferentLaneCountsFailEverywhere) {
   int rank = 0;
-  auto probe = make_mpi_transport(1);
+  auto probe = make(1);
   rank = probe->rank();
-  EXPECT_THROW(make_mpi_transport(rank == 0 ? 1 : 2), ConfigError);
-  EXPECT_THROW(make_mpi_transport(0), InvalidArgument);
+  EXPECT_THROW(make(rank == 0 ? 1 : 2), ConfigError);
+  EXPECT_THROW(make(0), InvalidArgument);
 }
 
 // Rank 1 fails; every other rank waits on a message from it and is released with the
 // failure's text: Aborted, where the deadline would have raised Timeout.
 TEST(MpiTransport, AbortReleasesPeers) {
-  auto t = make_mpi_transport(1);
+  auto t = make(1);
   std::uint8_t byte = 0;
   if (t->rank() == 1) {
     t->abort("boom", std::nullopt);
@@ -225,7 +235,7 @@ TEST(MpiTransport, AbortReleasesPeers) {
 // abort() from one thread releases this process's other lanes: the waiting call ends with
 // Aborted (its 30 s deadline would have raised Timeout).
 TEST(MpiTransport, AbortReleasesOtherLanes) {
-  auto t = make_mpi_transport(2);
+  auto t = make(2);
   const int next = (t->rank() + 1) % t->size();
   std::uint8_t byte = 0;
   const RecvOp recv{next, &byte, 1};  // never sent
@@ -242,7 +252,7 @@ TEST(MpiTransport, AbortReleasesOtherLanes) {
 
 // Rank 0 waits for a message rank 1 never sends: Timeout after 300 ms naming rank 1.
 TEST(MpiTransport, TimeoutNamesMissingPeer) {
-  auto t = make_mpi_transport(1);
+  auto t = make(1);
   if (t->rank() != 0) return;
   std::uint8_t byte = 0;
   const RecvOp recv{1, &byte, 1};
@@ -270,7 +280,7 @@ double median_ns(std::vector<double> v) {
 // Median time of a 4-byte exchange between ranks 0 and 1 on one lane, next to MPI_Sendrecv
 // on a communicator of its own, in alternating blocks.
 TEST(MpiTransport, DISABLED_LatencyVsSendrecv) {
-  auto t = make_mpi_transport(1);
+  auto t = make(1);
   MPI_Comm comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   const int me = t->rank();

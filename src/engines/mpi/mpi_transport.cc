@@ -22,6 +22,7 @@
 
 #include <mpi.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -45,13 +46,16 @@
 #include "replicator/errors.h"
 #include "src/comm/poison.h"
 #include "src/engines/abort_notice.h"
+#include "src/engines/shm/shm_mesh.h"
 
 namespace replicator::detail {
 namespace {
 
 using Clock = Transport::Clock;
 
-constexpr std::size_t kDefaultMaxMessage = std::size_t{1} << 30;
+// Messages up to this size between processes of one host go through shared memory: a
+// frame (3,968 bytes at most) and the small collectives' data.
+constexpr std::size_t kSharedBytes = 4000;
 constexpr std::size_t kMaxAbortText = 4096;
 
 // Polling schedule of exchange(): spin, then yield, then nap.
@@ -281,7 +285,7 @@ class MpiTransport final : public Transport, public NativeCollectives {
  public:
   // Collective over MPI_COMM_WORLD; the caller holds runtime().mu and MPI is initialised.
   // Takes the next generation from `transports_made`.
-  MpiTransport(int lanes, std::size_t max_message, long long& transports_made);
+  MpiTransport(int lanes, std::size_t max_message, bool shared_memory, long long& transports_made);
   ~MpiTransport() override;
   MpiTransport(const MpiTransport&) = delete;
   MpiTransport& operator=(const MpiTransport&) = delete;
@@ -344,6 +348,7 @@ class MpiTransport final : public Transport, public NativeCollectives {
     int lane;
     std::size_t begin;
     std::size_t end;
+    Ticket ticket = 0;  // the posts the wait covers (for the shared-memory messages)
   };
 
   std::size_t messages_for(std::size_t bytes) const {
@@ -365,6 +370,10 @@ class MpiTransport final : public Transport, public NativeCollectives {
   [[noreturn]] void release(const Pending& p);
 
   void free_communicators();
+  // Makes the mesh of shared memory if every process is on this host and can (collective).
+  void open_shared_memory();
+  bool shared(const auto& op) const { return shm_ && op.peer != rank_ && op.bytes <= kSharedBytes; }
+  [[noreturn]] void fail_shared(const Pending& p, const ShmMesh::WaitResult& result);
 
   const std::size_t max_message_;
   int rank_ = 0;
@@ -373,6 +382,7 @@ class MpiTransport final : public Transport, public NativeCollectives {
   int abort_tag_ = 1;
   MPI_Comm control_ = MPI_COMM_NULL;
   std::vector<Lane> lanes_;
+  std::unique_ptr<ShmMesh> shm_;  // set once, in the constructor
 
   Poison poison_;
   std::mutex mu_;  // guards everything below
@@ -386,7 +396,8 @@ class MpiTransport final : public Transport, public NativeCollectives {
   std::unique_ptr<NativeWatch> watch_;
 };
 
-MpiTransport::MpiTransport(int lanes, std::size_t max_message, long long& transports_made)
+MpiTransport::MpiTransport(int lanes, std::size_t max_message, bool shared_memory,
+                           long long& transports_made)
     : max_message_(max_message) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
@@ -437,6 +448,7 @@ MpiTransport::MpiTransport(int lanes, std::size_t max_message, long long& transp
       lanes_[l].statuses.resize(lanes_[l].requests.capacity());
     }
     abort_requests_.reserve(static_cast<std::size_t>(size_));
+    if (shared_memory && size_ > 1) open_shared_memory();
     watch_ = std::make_unique<NativeWatch>(
         lanes, [this](int lane, const std::string& what, std::chrono::milliseconds limit) {
           native_expired(lane, what, limit);
@@ -465,6 +477,65 @@ MpiTransport::~MpiTransport() {
   // Receives posted ahead that no peer will ever match (the next collective's frames).
   for (int lane = 0; lane < num_lanes(); ++lane) cancel_pending({lane, 0, 0});
   free_communicators();
+}
+
+void MpiTransport::open_shared_memory() {
+  std::unique_ptr<ShmMesh> mesh;
+  std::string offer;
+  const std::string host = ShmMesh::host_identity();
+  if (!host.empty()) {
+    try {
+      mesh = std::make_unique<ShmMesh>(rank_, size_, num_lanes());
+      offer = host + "\n" + mesh->name() + "\n" + std::to_string(getpid());
+    } catch (const Error&) {
+      mesh.reset();
+    }
+  }
+  // Everyone's offer: lengths, then the texts.
+  int length = static_cast<int>(offer.size());
+  std::vector<int> lengths(static_cast<std::size_t>(size_));
+  if (MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, control_) != MPI_SUCCESS) {
+    throw Error("mpi engine: exchanging the processes' shared-memory segments failed");
+  }
+  std::vector<int> offsets(static_cast<std::size_t>(size_), 0);
+  for (std::size_t q = 1; q < offsets.size(); ++q) offsets[q] = offsets[q - 1] + lengths[q - 1];
+  std::string all(static_cast<std::size_t>(offsets.back() + lengths.back()), '\0');
+  if (MPI_Allgatherv(offer.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(),
+                     MPI_CHAR, control_) != MPI_SUCCESS) {
+    throw Error("mpi engine: exchanging the processes' shared-memory segments failed");
+  }
+  int usable = mesh ? 1 : 0;
+  std::vector<std::string> names(static_cast<std::size_t>(size_));
+  std::vector<int> pids(static_cast<std::size_t>(size_), 0);
+  for (int q = 0; q < size_ && usable; ++q) {
+    const auto i = static_cast<std::size_t>(q);
+    const std::string text =
+        all.substr(static_cast<std::size_t>(offsets[i]), static_cast<std::size_t>(lengths[i]));
+    const std::size_t first = text.find('\n');
+    const std::size_t second = first == std::string::npos ? first : text.find('\n', first + 1);
+    if (second == std::string::npos || text.substr(0, first) != host) {
+      usable = 0;
+      break;
+    }
+    names[i] = text.substr(first + 1, second - first - 1);
+    pids[i] = std::atoi(text.c_str() + second + 1);
+  }
+  if (usable) {
+    try {
+      mesh->attach(names, pids);
+    } catch (const Error&) {
+      usable = 0;
+    }
+  }
+  int everyone = 0;
+  if (MPI_Allreduce(&usable, &everyone, 1, MPI_INT, MPI_MIN, control_) != MPI_SUCCESS) {
+    throw Error("mpi engine: agreeing on shared memory failed");
+  }
+  // Every process has attached (or given up) by now: the names can go.
+  if (everyone) {
+    mesh->unlink();
+    shm_ = std::move(mesh);
+  }
 }
 
 void MpiTransport::free_communicators() {
@@ -507,6 +578,32 @@ Transport::Ticket MpiTransport::post(int lane, std::span<const SendOp> sends,
   }
   Lane& l = lanes_[lane];
   const Ticket ticket = ++l.posted;
+  if (shm_) {
+    // The small messages to other processes go through shared memory: post those there, and
+    // leave only the others (count them again) to MPI.
+    thread_local std::vector<SendOp> small_sends;
+    thread_local std::vector<RecvOp> small_recvs;
+    small_sends.clear();
+    small_recvs.clear();
+    count = 0;
+    for (const RecvOp& op : recvs) {
+      if (shared(op)) {
+        small_recvs.push_back(op);
+      } else {
+        count += messages_for(op.bytes);
+      }
+    }
+    for (const SendOp& op : sends) {
+      if (shared(op)) {
+        small_sends.push_back(op);
+      } else {
+        count += messages_for(op.bytes);
+      }
+    }
+    if (!small_sends.empty() || !small_recvs.empty()) {
+      shm_->post(lane, ticket, small_sends, small_recvs);
+    }
+  }
   if (count == 0) return ticket;
   if (l.requests.size() - l.head + count > static_cast<std::size_t>(INT_MAX)) {
     throw InvalidArgument("mpi engine: exchange on lane " + std::to_string(lane) + " of " +
@@ -528,10 +625,14 @@ Transport::Ticket MpiTransport::post(int lane, std::span<const SendOp> sends,
       bytes -= chunk;
     } while (bytes > 0);
   };
-  for (const RecvOp& op : recvs) start(true, op.peer, static_cast<std::byte*>(op.data), op.bytes);
+  for (const RecvOp& op : recvs) {
+    if (!shared(op)) start(true, op.peer, static_cast<std::byte*>(op.data), op.bytes);
+  }
   // MPI only reads from the buffer of a send.
   for (const SendOp& op : sends) {
-    start(false, op.peer, static_cast<std::byte*>(const_cast<void*>(op.data)), op.bytes);
+    if (!shared(op)) {
+      start(false, op.peer, static_cast<std::byte*>(const_cast<void*>(op.data)), op.bytes);
+    }
   }
   if (l.statuses.size() < l.requests.size()) l.statuses.resize(l.requests.capacity());
   return ticket;
@@ -546,7 +647,7 @@ void MpiTransport::wait(int lane, Ticket ticket, Clock::time_point deadline) {
   Lane& l = lanes_[lane];
   std::size_t end = l.head;
   while (end < l.ops.size() && l.ops[end].ticket <= ticket) ++end;
-  const Pending p{lane, l.head, end};
+  const Pending p{lane, l.head, end, ticket};
   const auto done_with = [&] {
     l.head = end;
     if (l.head == l.requests.size()) {
@@ -555,17 +656,27 @@ void MpiTransport::wait(int lane, Ticket ticket, Clock::time_point deadline) {
       l.head = 0;
     }
   };
-  if (end == l.head) return done_with();
+  ShmMesh::WaitResult shared_error;
+  bool shared_done = !shm_ || shm_->poll(lane, ticket, &shared_error);
+  if (end == l.head && shared_done) return done_with();
 
   const Clock::time_point start = Clock::now();
   MPI_Request* const requests = l.requests.data() + p.begin;
   const int count = static_cast<int>(p.end - p.begin);
   bool spinning = true;
+  bool mpi_done = count == 0;
   for (std::uint32_t polls = 1;; ++polls) {
-    int done = 0;
-    const int rc = MPI_Testall(count, requests, &done, l.statuses.data());
-    if (rc != MPI_SUCCESS) fail_request(p, rc);
-    if (done) return done_with();
+    if (!mpi_done) {
+      int done = 0;
+      const int rc = MPI_Testall(count, requests, &done, l.statuses.data());
+      if (rc != MPI_SUCCESS) fail_request(p, rc);
+      mpi_done = done != 0;
+    }
+    if (!shared_done) {
+      shared_done = shm_->poll(lane, ticket, &shared_error);
+      if (shared_error.outcome != ShmMesh::Outcome::kDone) fail_shared(p, shared_error);
+    }
+    if (mpi_done && shared_done) return done_with();
     if (spinning && polls % kClockEvery != 0) continue;
 
     const Clock::time_point now = Clock::now();
@@ -615,6 +726,19 @@ void MpiTransport::cancel_pending(const Pending& p) {
   l.requests.clear();
   l.ops.clear();
   l.head = 0;
+  if (shm_) shm_->drop(p.lane);
+}
+
+void MpiTransport::fail_shared(const Pending& p, const ShmMesh::WaitResult& result) {
+  const std::string why = "mpi engine: exchange on lane " + std::to_string(p.lane) + ": process " +
+                          std::to_string(result.peer) + " sent a message of " +
+                          std::to_string(result.sent) + " bytes to a receive of " +
+                          std::to_string(result.expected) +
+                          " bytes; the transport is poisoned, restart the job";
+  poison_.set(why);
+  note_job_failure(why);
+  cancel_pending(p);
+  throw Error(why);
 }
 
 void MpiTransport::release(const Pending& p) {
@@ -710,6 +834,13 @@ void MpiTransport::time_out(const Pending& p, Clock::time_point start, Clock::ti
     if (requests[i] != MPI_REQUEST_NULL) MPI_Test(&requests[i], &done, MPI_STATUS_IGNORE);
     if (requests[i] == MPI_REQUEST_NULL) continue;
     (l.ops[i].is_recv ? missing_recv : missing_send).push_back(l.ops[i].peer);
+  }
+  if (shm_) {
+    bool shared_receives_done = true;
+    std::vector<int> shared = shm_->missing(p.lane, p.ticket, &shared_receives_done);
+    (shared_receives_done ? missing_send : missing_recv)
+        .insert((shared_receives_done ? missing_send : missing_recv).end(), shared.begin(),
+                shared.end());
   }
   const bool receives_done = missing_recv.empty();
   std::vector<int> missing = receives_done ? std::move(missing_send) : std::move(missing_recv);
@@ -833,16 +964,22 @@ void set_abort_job_at_exit(bool enabled) {
 }
 
 std::unique_ptr<Transport> make_mpi_transport(int lanes) {
-  return make_mpi_transport(lanes, kDefaultMaxMessage);
+  return make_mpi_transport(lanes, kMpiMaxMessage, true);
 }
 
 std::unique_ptr<Transport> make_mpi_transport(int lanes, std::size_t max_message_bytes) {
+  return make_mpi_transport(lanes, max_message_bytes, true);
+}
+
+std::unique_ptr<Transport> make_mpi_transport(int lanes, std::size_t max_message_bytes,
+                                              bool shared_memory) {
   static FinaliseAtExit finalise_at_exit;
   const std::size_t max_message =
       std::clamp<std::size_t>(max_message_bytes, 1, static_cast<std::size_t>(INT_MAX));
   std::lock_guard lock(runtime().mu);
   ensure_initialised();
-  return std::make_unique<MpiTransport>(lanes, max_message, runtime().transports_made);
+  return std::make_unique<MpiTransport>(lanes, max_message, shared_memory,
+                                        runtime().transports_made);
 }
 
 }  // namespace replicator::detail

@@ -29,6 +29,13 @@ namespace replicator::detail {
 //                asked for different numbers of lanes (raised on every process);
 //   InvalidArgument `lanes` < 1 (raised on every process);
 //   Error        duplicating MPI_COMM_WORLD failed.
+// Where every process runs on one host (ShmMesh::host_identity), messages of up to 4,000
+// bytes (a collective's frames, and the data of small collectives) go through a ShmMesh
+// (src/engines/shm/shm_mesh.h) instead of MPI: one round trip there costs a fraction of a
+// microsecond, and a frame does not have to fit OpenMPI's 256-byte inline sends. A send and
+// its receive are either both that small or both not (receives are at most a frame longer
+// than their messages), so each path keeps its own order. Larger messages, the engine's own
+// collectives and abort notices stay on MPI.
 // The transport is thread-safe in the sense of Transport: one thread per lane at a time,
 // different lanes at once; abort() from any thread at any time. When a wait fails, the
 // lane's receives are cancelled, but OpenMPI cannot cancel a send: one a late peer has not
@@ -38,6 +45,14 @@ std::unique_ptr<Transport> make_mpi_transport(int lanes);
 // The same, with every message longer than `max_message_bytes` carried as several MPI
 // messages (MPI counts are ints; the default is 1 GiB). Smaller values are for tests.
 std::unique_ptr<Transport> make_mpi_transport(int lanes, std::size_t max_message_bytes);
+
+// The same, choosing whether small messages between processes of one host go through
+// shared memory (see below; make_mpi_transport(lanes) does).
+std::unique_ptr<Transport> make_mpi_transport(int lanes, std::size_t max_message_bytes,
+                                              bool shared_memory);
+
+// The default `max_message_bytes`: 1 GiB.
+inline constexpr std::size_t kMpiMaxMessage = std::size_t{1} << 30;
 
 // Whether a process whose transport failed in a way a peer may not survive (a timeout, a lost
 // or broken peer) ends the whole job at exit with MPI_Abort, saying why once, instead of

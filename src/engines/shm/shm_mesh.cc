@@ -457,7 +457,7 @@ int ShmMesh::gone_peer() const noexcept {
     const int fd = pidfds_[static_cast<std::size_t>(q)];
     if (fd < 0) continue;
     pollfd one{fd, POLLIN, 0};
-    if (poll(&one, 1, 0) > 0 && (one.revents & (POLLIN | POLLHUP | POLLERR)) != 0) return q;
+    if (::poll(&one, 1, 0) > 0 && (one.revents & (POLLIN | POLLHUP | POLLERR)) != 0) return q;
   }
   return -1;
 }
@@ -509,9 +509,23 @@ ShmMesh::WaitResult ShmMesh::wait(int lane, Ticket ticket, Clock::time_point dea
       return {Outcome::kPeerGone, q};
     }
   }
+  forget_completed(lane);
+  return result;
+}
+
+void ShmMesh::forget_completed(int lane) noexcept {
+  Lane& l = lane_state_[static_cast<std::size_t>(lane)];
   while (l.head < l.ops.size() && l.ops[l.head].done) ++l.head;
   if (l.pending == 0) drop(lane);
-  return result;
+}
+
+bool ShmMesh::poll(int lane, Ticket ticket, WaitResult* error) noexcept {
+  const Lane& l = lane_state_[static_cast<std::size_t>(lane)];
+  if (l.pending == 0) return true;
+  progress(lane, error);
+  if (error->outcome != Outcome::kDone || !complete(l, ticket)) return false;
+  forget_completed(lane);
+  return true;
 }
 
 std::vector<int> ShmMesh::missing(int lane, Ticket ticket, bool* receives_done) const {

@@ -98,6 +98,12 @@ class ShmMesh {
                   std::chrono::microseconds spin, std::chrono::microseconds yield,
                   const Poison& poison) noexcept;
 
+  // Moves what it can of the lane's pending messages, once, and says whether every message
+  // of the posts up to `ticket` has completed (then forgets the completed ones, as wait()
+  // does). For a caller that waits on other things too; it watches failures itself. Never
+  // blocks or throws; a message longer than its receive is reported in `error` (kTooLong).
+  bool poll(int lane, Ticket ticket, WaitResult* error) noexcept;
+
   // The peers of the posts up to `ticket` on `lane` whose receives have not all completed
   // (`receives_done` false), or, if those all have, whose sends have not. Sorted, unique.
   std::vector<int> missing(int lane, Ticket ticket, bool* receives_done) const;
@@ -120,6 +126,7 @@ class ShmMesh {
   bool send_some(int lane, int peer) noexcept;
   bool recv_some(int lane, int peer, WaitResult* error) noexcept;
   bool complete(const Lane& lane, Ticket ticket) const noexcept;
+  void forget_completed(int lane) noexcept;
   void ring_bell(int process, int lane) noexcept;
   int failed_peer() const noexcept;
   int gone_peer() const noexcept;
