@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -283,6 +284,36 @@ TEST(ShmMesh, AttachNamesThePeerItCannotMapAndUnlinkRemovesTheName) {
   EXPECT_LT(shm_open(a.name().c_str(), O_RDONLY, 0), 0);
   EXPECT_THROW(ShmMesh(2, 2, 1), InvalidArgument);
   EXPECT_THROW(ShmMesh(0, 2, 0), InvalidArgument);
+}
+
+TEST(ShmMesh, OffersFromThisHostAttachAndOthersDoNot) {
+  auto a = ShmMesh::try_make(0, 2, 1);
+  auto b = ShmMesh::try_make(1, 2, 1);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const std::string theirs = b->offer();
+  EXPECT_EQ(theirs.rfind(ShmMesh::host_identity() + "\n", 0), 0u) << theirs;
+  // Another host, a malformed offer, a bad pid, a missing segment: not attached.
+  EXPECT_FALSE(a->attach_offers({"", "elsewhere|x\n" + b->name() + "\n1"}));
+  EXPECT_FALSE(a->attach_offers({"", "-"}));
+  EXPECT_FALSE(a->attach_offers({"", ShmMesh::host_identity() + "\n" + b->name() + "\nx"}));
+  EXPECT_FALSE(a->attach_offers({"", ShmMesh::host_identity() + "\n/replicator-none\n1"}));
+  EXPECT_FALSE(a->attach_offers({theirs}));
+  // The real one attaches; a message then goes through.
+  ASSERT_TRUE(a->attach_offers({"", theirs}));
+  ASSERT_TRUE(b->attach_offers({a->offer(), ""}));
+  const std::uint32_t sent = 77;
+  std::uint32_t got = 0;
+  const SendOp send{1, &sent, sizeof sent};
+  const RecvOp recv{0, &got, sizeof got};
+  a->post(0, 1, {&send, 1}, {});
+  b->post(0, 1, {}, {&recv, 1});
+  const Poison poison;
+  EXPECT_EQ(b->wait(0, 1, Clock::now() + std::chrono::seconds(5), microseconds(0), microseconds(0),
+                    poison)
+                .outcome,
+            Outcome::kDone);
+  EXPECT_EQ(got, sent);
 }
 
 TEST(ShmMesh, HostIdentityIsStableAndRingsShrinkAsTheJobGrows) {

@@ -45,7 +45,6 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -371,18 +370,8 @@ void GlooTransport::connect_lanes(const GlooOptions& options, Clock::time_point 
 
 std::unique_ptr<ShmMesh> GlooTransport::offer_shared_memory(const GlooOptions& options) {
   std::unique_ptr<ShmMesh> mesh;
-  std::string offer = "-";
-  if (options.shared_memory && size_ > 1) {
-    const std::string host = ShmMesh::host_identity();
-    if (!host.empty()) {
-      try {
-        mesh = std::make_unique<ShmMesh>(rank_, size_, num_lanes_);
-        offer = host + "\n" + mesh->name() + "\n" + std::to_string(getpid());
-      } catch (const Error&) {
-        mesh.reset();  // no /dev/shm here: TCP it is
-      }
-    }
-  }
+  if (options.shared_memory && size_ > 1) mesh = ShmMesh::try_make(rank_, size_, num_lanes_);
+  const std::string offer = mesh ? mesh->offer() : "-";
   store_->set(key("shm", rank_), std::vector<char>(offer.begin(), offer.end()));
   return mesh;
 }
@@ -390,32 +379,15 @@ std::unique_ptr<ShmMesh> GlooTransport::offer_shared_memory(const GlooOptions& o
 void GlooTransport::settle_shared_memory(std::unique_ptr<ShmMesh> mesh) {
   if (size_ == 1) return;
   bool usable = mesh != nullptr;
-  const std::string host = usable ? ShmMesh::host_identity() : std::string();
-  std::vector<std::string> names(static_cast<std::size_t>(size_));
-  std::vector<int> pids(static_cast<std::size_t>(size_), 0);
-  for (int q = 0; q < size_ && usable; ++q) {
-    if (q == rank_) continue;
-    store_->wait({key("shm", q)});
-    const std::vector<char> raw = store_->get(key("shm", q));
-    const std::string text(raw.begin(), raw.end());
-    const std::size_t first = text.find('\n');
-    const std::size_t second = first == std::string::npos ? first : text.find('\n', first + 1);
-    if (second == std::string::npos || text.substr(0, first) != host) {
-      usable = false;
-      break;
-    }
-    names[static_cast<std::size_t>(q)] = text.substr(first + 1, second - first - 1);
-    const std::string pid = text.substr(second + 1);
-    const auto parsed =
-        std::from_chars(pid.data(), pid.data() + pid.size(), pids[static_cast<std::size_t>(q)]);
-    usable = parsed.ec == std::errc() && parsed.ptr == pid.data() + pid.size();
-  }
   if (usable) {
-    try {
-      mesh->attach(names, pids);
-    } catch (const Error&) {
-      usable = false;
+    std::vector<std::string> offers(static_cast<std::size_t>(size_));
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_) continue;
+      store_->wait({key("shm", q)});
+      const std::vector<char> raw = store_->get(key("shm", q));
+      offers[static_cast<std::size_t>(q)].assign(raw.begin(), raw.end());
     }
+    usable = mesh->attach_offers(offers);
   }
   store_->set(key("shm-ok", rank_), {usable ? '1' : '0'});
   bool everyone = usable;

@@ -22,7 +22,6 @@
 
 #include <mpi.h>
 #include <sched.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -480,17 +479,8 @@ MpiTransport::~MpiTransport() {
 }
 
 void MpiTransport::open_shared_memory() {
-  std::unique_ptr<ShmMesh> mesh;
-  std::string offer;
-  const std::string host = ShmMesh::host_identity();
-  if (!host.empty()) {
-    try {
-      mesh = std::make_unique<ShmMesh>(rank_, size_, num_lanes());
-      offer = host + "\n" + mesh->name() + "\n" + std::to_string(getpid());
-    } catch (const Error&) {
-      mesh.reset();
-    }
-  }
+  std::unique_ptr<ShmMesh> mesh = ShmMesh::try_make(rank_, size_, num_lanes());
+  const std::string offer = mesh ? mesh->offer() : std::string();
   // Everyone's offer: lengths, then the texts.
   int length = static_cast<int>(offer.size());
   std::vector<int> lengths(static_cast<std::size_t>(size_));
@@ -504,29 +494,12 @@ void MpiTransport::open_shared_memory() {
                      MPI_CHAR, control_) != MPI_SUCCESS) {
     throw Error("mpi engine: exchanging the processes' shared-memory segments failed");
   }
-  int usable = mesh ? 1 : 0;
-  std::vector<std::string> names(static_cast<std::size_t>(size_));
-  std::vector<int> pids(static_cast<std::size_t>(size_), 0);
-  for (int q = 0; q < size_ && usable; ++q) {
-    const auto i = static_cast<std::size_t>(q);
-    const std::string text =
-        all.substr(static_cast<std::size_t>(offsets[i]), static_cast<std::size_t>(lengths[i]));
-    const std::size_t first = text.find('\n');
-    const std::size_t second = first == std::string::npos ? first : text.find('\n', first + 1);
-    if (second == std::string::npos || text.substr(0, first) != host) {
-      usable = 0;
-      break;
-    }
-    names[i] = text.substr(first + 1, second - first - 1);
-    pids[i] = std::atoi(text.c_str() + second + 1);
+  std::vector<std::string> offers(static_cast<std::size_t>(size_));
+  for (std::size_t q = 0; q < offers.size(); ++q) {
+    offers[q] =
+        all.substr(static_cast<std::size_t>(offsets[q]), static_cast<std::size_t>(lengths[q]));
   }
-  if (usable) {
-    try {
-      mesh->attach(names, pids);
-    } catch (const Error&) {
-      usable = 0;
-    }
-  }
+  int usable = mesh && mesh->attach_offers(offers) ? 1 : 0;
   int everyone = 0;
   if (MPI_Allreduce(&usable, &everyone, 1, MPI_INT, MPI_MIN, control_) != MPI_SUCCESS) {
     throw Error("mpi engine: agreeing on shared memory failed");

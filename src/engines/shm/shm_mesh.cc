@@ -28,6 +28,7 @@
 #include <atomic>
 #include <bit>
 #include <cerrno>
+#include <charconv>
 #include <climits>
 #include <cstring>
 #include <fstream>
@@ -220,6 +221,51 @@ ShmMesh::~ShmMesh() {
   }
   for (int fd : pidfds_) {
     if (fd >= 0) close(fd);
+  }
+}
+
+std::unique_ptr<ShmMesh> ShmMesh::try_make(int rank, int size, int lanes) {
+  std::string host = host_identity();
+  if (host.empty()) return nullptr;
+  try {
+    auto mesh = std::make_unique<ShmMesh>(rank, size, lanes);
+    mesh->host_ = std::move(host);
+    return mesh;
+  } catch (const InvalidArgument&) {
+    throw;
+  } catch (const Error&) {
+    return nullptr;
+  }
+}
+
+std::string ShmMesh::offer() const {
+  return host_ + "\n" + name_ + "\n" + std::to_string(getpid());
+}
+
+bool ShmMesh::attach_offers(const std::vector<std::string>& offers) noexcept {
+  try {
+    if (host_.empty() || offers.size() != static_cast<std::size_t>(size_)) return false;
+    std::vector<std::string> names(offers.size());
+    std::vector<int> pids(offers.size(), 0);
+    for (std::size_t q = 0; q < offers.size(); ++q) {
+      if (static_cast<int>(q) == rank_) continue;
+      const std::string& text = offers[q];
+      const std::size_t first = text.find('\n');
+      const std::size_t second = first == std::string::npos ? first : text.find('\n', first + 1);
+      if (second == std::string::npos || text.compare(0, first, host_) != 0 ||
+          first != host_.size()) {
+        return false;
+      }
+      names[q] = text.substr(first + 1, second - first - 1);
+      const char* pid_begin = text.data() + second + 1;
+      const char* pid_end = text.data() + text.size();
+      const auto parsed = std::from_chars(pid_begin, pid_end, pids[q]);
+      if (parsed.ec != std::errc() || parsed.ptr != pid_end || pids[q] <= 0) return false;
+    }
+    attach(names, pids);
+    return true;
+  } catch (...) {
+    return false;
   }
 }
 

@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -60,6 +61,16 @@ class ShmMesh {
   std::size_t ring_bytes() const { return ring_bytes_; }
   // The segment's name in /dev/shm (unique to this process and moment).
   const std::string& name() const { return name_; }
+
+  // Makes a mesh for this process, or null where this host's identity cannot be read or
+  // /dev/shm refuses (the job then talks another way). Never throws but for bad arguments.
+  static std::unique_ptr<ShmMesh> try_make(int rank, int size, int lanes);
+  // What this process tells its peers so they can attach: host identity, segment name, pid.
+  std::string offer() const;
+  // Attaches to the peers whose offers (by rank; this process's own is skipped) say they run
+  // on this host; false, with nothing attached, if one does not, an offer is malformed, or a
+  // segment or process cannot be opened. Never throws.
+  bool attach_offers(const std::vector<std::string>& offers) noexcept;
 
   // Maps every peer's segment (names[q]) and opens a pidfd on its process (pids[q]); this
   // process's own entries are ignored. Blocks only on the system calls. Throws Error naming
@@ -137,6 +148,7 @@ class ShmMesh {
   const std::size_t ring_bytes_;
   const std::size_t segment_bytes_;
   std::string name_;
+  std::string host_;  // host_identity() when made
   bool linked_ = false;
   std::vector<std::byte*> segments_;  // by process; this process's own at rank_
   std::vector<int> pidfds_;           // by process; -1 for this process
