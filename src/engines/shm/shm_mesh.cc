@@ -4,14 +4,22 @@
 // one flag per process (set by that process when it fails), one line per lane with its
 // bell and the count of threads parked on it, then one ring per lane and process (the
 // rings from this process itself stay unused): a line with `written` (bytes the writer has
-// put in, ever), a line with `read` (bytes the reader has taken out), then the data.
+// put in, ever) and `wants_room` (the writer waits for room), a line with `read` (bytes the
+// reader has taken out), then the data.
 //
-// A ring is single-producer single-consumer: the writer stores its data, then `written`
-// (release); the reader loads `written` (acquire), copies, then stores `read` (release),
-// which the writer loads (acquire) before reusing the room. After either moves, it bumps
-// the other process's bell for the lane (seq_cst) and makes the wake system call only if
-// a thread is parked there. A waiter reads the bell before it looks at its rings and parks
-// only while the bell still holds that value, so no change is missed.
+// A ring is single-producer single-consumer: the writer stores its data, then `written`;
+// the reader loads `written`, copies, then stores `read`. The writer keeps the last `read`
+// it loaded and loads it again only when that leaves too little room, so a message that
+// fits moves the data line and the `written` line between the cores, and nothing else.
+//
+// Bells, without a wake-up per message: a thread about to park counts itself in
+// `sleepers`, reads the bell, looks at its rings once more, and parks only while the bell
+// still holds that value. A writer, after storing `written`, bumps the bell (and makes the
+// wake system call) only if it sees a sleeper. Both sides store, then load the other's
+// word, all sequentially consistent: either the writer sees the sleeper, or the waiter's
+// last look sees the data. Room works the same way: a writer that ran out of it sets
+// `wants_room`, then loads `read` again; a reader, after storing `read`, rings the
+// writer's bell only if `wants_room` is set.
 
 #include "src/engines/shm/shm_mesh.h"
 
@@ -49,6 +57,10 @@ namespace {
 constexpr std::uint64_t kMagic = 0x7265706c73686d31;  // "replshm1"
 constexpr std::size_t kLine = 64;
 constexpr std::size_t kRingControl = 2 * kLine;
+// Offsets in a ring's control lines.
+constexpr std::size_t kWritten = 0;
+constexpr std::size_t kWantsRoom = 8;
+constexpr std::size_t kRead = kLine;
 constexpr std::size_t kHeaderBytes = 8;  // a message's length
 constexpr std::size_t kMaxRingBytes = std::size_t{1} << 20;
 constexpr std::size_t kMinRingBytes = std::size_t{64} << 10;
@@ -139,6 +151,13 @@ struct ShmMesh::Lane {
   // Per peer: indices into `ops` of its sends and receives, in order, and the first not done.
   std::vector<std::vector<std::size_t>> sends, recvs;
   std::vector<std::size_t> send_head, recv_head;
+  // Per peer, of the ring this process writes in the peer's segment: its `written` (only
+  // this process stores it), its `read` as last loaded, and whether this process set its
+  // `wants_room`; of the ring this process reads, its `read` (only this process stores it).
+  // A process never loads back what only it stores: on this machine's caches, a line the
+  // other core has just read comes back with a miss.
+  std::vector<std::uint64_t> written, read_seen, read;
+  std::vector<std::uint8_t> wants_room;
   int pending = 0;  // ops not done
 };
 
@@ -211,6 +230,10 @@ ShmMesh::ShmMesh(int rank, int size, int lanes)
     lane.recvs.resize(static_cast<std::size_t>(size));
     lane.send_head.assign(static_cast<std::size_t>(size), 0);
     lane.recv_head.assign(static_cast<std::size_t>(size), 0);
+    lane.written.assign(static_cast<std::size_t>(size), 0);
+    lane.read_seen.assign(static_cast<std::size_t>(size), 0);
+    lane.read.assign(static_cast<std::size_t>(size), 0);
+    lane.wants_room.assign(static_cast<std::size_t>(size), 0);
   }
 }
 
@@ -326,13 +349,13 @@ void ShmMesh::attach(const std::vector<std::string>& names, const std::vector<in
 }
 
 void ShmMesh::post(int lane, Ticket ticket, std::span<const SendOp> sends,
-                   std::span<const RecvOp> recvs) {
+                   std::span<const RecvOp> recvs, std::size_t max_bytes) {
   if (lane < 0 || lane >= lanes_) {
     throw InvalidArgument("shared memory: lane " + std::to_string(lane) + " out of range");
   }
   Lane& l = lane_state_[static_cast<std::size_t>(lane)];
   for (const RecvOp& op : recvs) {
-    if (op.peer == rank_) continue;
+    if (op.peer == rank_ || op.bytes > max_bytes) continue;
     l.recvs[static_cast<std::size_t>(op.peer)].push_back(l.ops.size());
     l.ops.push_back(
         {op.peer, true, false, ticket, static_cast<std::byte*>(op.data), op.bytes, 0, 0});
@@ -340,7 +363,7 @@ void ShmMesh::post(int lane, Ticket ticket, std::span<const SendOp> sends,
   }
   bool any_send = false;
   for (const SendOp& op : sends) {
-    if (op.peer == rank_) continue;
+    if (op.peer == rank_ || op.bytes > max_bytes) continue;
     l.sends[static_cast<std::size_t>(op.peer)].push_back(l.ops.size());
     l.ops.push_back({op.peer, false, false, ticket,
                      const_cast<std::byte*>(static_cast<const std::byte*>(op.data)), op.bytes,
@@ -366,49 +389,85 @@ void ShmMesh::ring_bell(int process, int lane) noexcept {
   }
 }
 
+void ShmMesh::ring_bell_if_parked(int process, int lane) noexcept {
+  std::byte* segment = segments_[static_cast<std::size_t>(process)];
+  if (at<std::uint32_t>(segment, Segment::sleepers(size_, lane)).load(std::memory_order_seq_cst) !=
+      0) {
+    ring_bell(process, lane);
+  }
+}
+
 // Writes the front sends to `peer` into the ring (lane, this process) of the peer's segment.
 bool ShmMesh::send_some(int lane, int peer) noexcept {
   Lane& l = lane_state_[static_cast<std::size_t>(lane)];
   const auto p = static_cast<std::size_t>(peer);
   std::byte* ring = segments_[p] + Segment::ring(size_, lanes_, ring_bytes_, lane, rank_);
   std::byte* data = ring + kRingControl;
-  auto written = at<std::uint64_t>(ring, 0);
-  const std::uint64_t start = written.load(std::memory_order_relaxed);
+  auto written = at<std::uint64_t>(ring, kWritten);
+  auto read = at<std::uint64_t>(ring, kRead);
+  auto wants_room = at<std::uint32_t>(ring, kWantsRoom);
+  const std::uint64_t start = l.written[p];
   std::uint64_t w = start;
-  const std::uint64_t r = at<std::uint64_t>(ring, kLine).load(std::memory_order_acquire);
   const std::size_t mask = ring_bytes_ - 1;
-  while (l.send_head[p] < l.sends[p].size()) {
-    Op& op = l.ops[l.sends[p][l.send_head[p]]];
-    std::size_t room = ring_bytes_ - static_cast<std::size_t>(w - r);
-    if (op.moved == 0) {
-      if (room < kHeaderBytes) break;
-      const std::uint64_t length = op.bytes;
-      std::memcpy(data + (w & mask), &length, kHeaderBytes);
-      w += kHeaderBytes;
-      op.moved = kHeaderBytes;
-      room -= kHeaderBytes;
+  for (;;) {
+    std::uint64_t r = l.read_seen[p];
+    bool fresh = false;  // r loaded in this pass
+    while (l.send_head[p] < l.sends[p].size()) {
+      Op& op = l.ops[l.sends[p][l.send_head[p]]];
+      const std::size_t total = framed(op.bytes);
+      std::size_t room = ring_bytes_ - static_cast<std::size_t>(w - r);
+      if (!fresh && room < std::min(total - op.moved, ring_bytes_)) {
+        r = read.load(std::memory_order_acquire);
+        fresh = true;
+        room = ring_bytes_ - static_cast<std::size_t>(w - r);
+      }
+      if (op.moved == 0) {
+        if (room < kHeaderBytes) break;
+        const std::uint64_t length = op.bytes;
+        std::memcpy(data + (w & mask), &length, kHeaderBytes);
+        w += kHeaderBytes;
+        op.moved = kHeaderBytes;
+        room -= kHeaderBytes;
+      }
+      while (op.moved < total && room > 0) {
+        const std::size_t offset = op.moved - kHeaderBytes;
+        const std::size_t pos = static_cast<std::size_t>(w & mask);
+        std::size_t n = std::min({room, total - op.moved, ring_bytes_ - pos});
+        if (offset < op.bytes) {
+          n = std::min(n, op.bytes - offset);
+          std::memcpy(data + pos, op.data + offset, n);
+        }  // else: padding, left as it is
+        w += n;
+        op.moved += n;
+        room -= n;
+      }
+      if (op.moved < total) break;
+      op.done = true;
+      --l.pending;
+      ++l.send_head[p];
     }
-    const std::size_t total = framed(op.bytes);
-    while (op.moved < total && room > 0) {
-      const std::size_t offset = op.moved - kHeaderBytes;
-      const std::size_t pos = static_cast<std::size_t>(w & mask);
-      std::size_t n = std::min({room, total - op.moved, ring_bytes_ - pos});
-      if (offset < op.bytes) {
-        n = std::min(n, op.bytes - offset);
-        std::memcpy(data + pos, op.data + offset, n);
-      }  // else: padding, left as it is
-      w += n;
-      op.moved += n;
-      room -= n;
+    l.read_seen[p] = r;
+    if (l.send_head[p] == l.sends[p].size()) {
+      if (l.wants_room[p] != 0) {
+        wants_room.store(0, std::memory_order_relaxed);
+        l.wants_room[p] = 0;
+      }
+      break;
     }
-    if (op.moved < total) break;
-    op.done = true;
-    --l.pending;
-    ++l.send_head[p];
+    // Out of room: ask the reader to ring when it frees some, then look once more (it may
+    // have freed some before it could see the request).
+    if (l.wants_room[p] == 0) {
+      wants_room.store(1, std::memory_order_seq_cst);
+      l.wants_room[p] = 1;
+    }
+    const std::uint64_t again = read.load(std::memory_order_seq_cst);
+    if (again == r) break;
+    l.read_seen[p] = again;
   }
   if (w == start) return false;
-  written.store(w, std::memory_order_release);
-  ring_bell(peer, lane);
+  l.written[p] = w;
+  written.store(w, std::memory_order_seq_cst);
+  ring_bell_if_parked(peer, lane);
   return true;
 }
 
@@ -419,10 +478,10 @@ bool ShmMesh::recv_some(int lane, int peer, WaitResult* error) noexcept {
   std::byte* ring = segments_[static_cast<std::size_t>(rank_)] +
                     Segment::ring(size_, lanes_, ring_bytes_, lane, peer);
   const std::byte* data = ring + kRingControl;
-  auto read = at<std::uint64_t>(ring, kLine);
-  const std::uint64_t start = read.load(std::memory_order_relaxed);
+  auto read = at<std::uint64_t>(ring, kRead);
+  const std::uint64_t start = l.read[p];
   std::uint64_t r = start;
-  const std::uint64_t w = at<std::uint64_t>(ring, 0).load(std::memory_order_acquire);
+  const std::uint64_t w = at<std::uint64_t>(ring, kWritten).load(std::memory_order_acquire);
   const std::size_t mask = ring_bytes_ - 1;
   while (l.recv_head[p] < l.recvs[p].size()) {
     Op& op = l.ops[l.recvs[p][l.recv_head[p]]];
@@ -459,8 +518,12 @@ bool ShmMesh::recv_some(int lane, int peer, WaitResult* error) noexcept {
     ++l.recv_head[p];
   }
   if (r == start) return false;
-  read.store(r, std::memory_order_release);
-  ring_bell(peer, lane);
+  l.read[p] = r;
+  read.store(r, std::memory_order_seq_cst);
+  // The writer ran out of room and waits for some.
+  if (at<std::uint32_t>(ring, kWantsRoom).load(std::memory_order_seq_cst) != 0) {
+    ring_bell(peer, lane);
+  }
   return true;
 }
 
@@ -516,16 +579,25 @@ ShmMesh::WaitResult ShmMesh::wait(int lane, Ticket ticket, Clock::time_point dea
   auto bell = at<std::uint32_t>(mine, Segment::bell(size_, lane));
   auto sleepers = at<std::uint32_t>(mine, Segment::sleepers(size_, lane));
   WaitResult result;
+  // One look at everything this wait watches: kDone with `finished` once the posts up to
+  // the ticket completed; another outcome ends the wait.
+  bool finished = false;
+  const auto look = [&](bool* moved) -> WaitResult {
+    *moved = progress(lane, &result);
+    if (result.outcome != Outcome::kDone) return result;
+    finished = complete(l, ticket);
+    if (finished) return result;
+    if (poison.is_set()) return {Outcome::kPoisoned};
+    if (const int q = failed_peer(); q >= 0) return {Outcome::kPeerFailed, q};
+    return result;
+  };
   const Clock::time_point spin_end = Clock::now() + spin;
   const Clock::time_point yield_end = spin_end + yield;
   int yields = 0;
   for (std::uint64_t round = 0;; ++round) {
-    const std::uint32_t seen = bell.load(std::memory_order_seq_cst);
-    const bool moved = progress(lane, &result);
-    if (result.outcome != Outcome::kDone) return result;
-    if (complete(l, ticket)) break;
-    if (poison.is_set()) return {Outcome::kPoisoned};
-    if (const int q = failed_peer(); q >= 0) return {Outcome::kPeerFailed, q};
+    bool moved = false;
+    if (const WaitResult r = look(&moved); r.outcome != Outcome::kDone) return r;
+    if (finished) break;
     if (moved) continue;
     if ((round & 15) != 0 && spin.count() > 0) {
       cpu_relax();
@@ -542,10 +614,18 @@ ShmMesh::WaitResult ShmMesh::wait(int lane, Ticket ticket, Clock::time_point dea
       sched_yield();
       continue;
     }
+    // Park: count in as a sleeper, read the bell, look once more, and sleep only while the
+    // bell still holds that value (a writer that stored after this look saw the sleeper).
     sleepers.fetch_add(1, std::memory_order_seq_cst);
-    futex_wait_shared(reinterpret_cast<std::uint32_t*>(mine + Segment::bell(size_, lane)), seen,
-                      std::min<Clock::duration>(deadline - now, kMaxPark));
+    const std::uint32_t seen = bell.load(std::memory_order_seq_cst);
+    const WaitResult last = look(&moved);
+    if (last.outcome == Outcome::kDone && !finished && !moved) {
+      futex_wait_shared(reinterpret_cast<std::uint32_t*>(mine + Segment::bell(size_, lane)), seen,
+                        std::min<Clock::duration>(deadline - now, kMaxPark));
+    }
     sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (last.outcome != Outcome::kDone) return last;
+    if (finished) break;
     // After every park (at most kMaxPark long), a look at the peers' processes.
     if (const int q = gone_peer(); q >= 0) {
       // What it wrote before it died still counts.

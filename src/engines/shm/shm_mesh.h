@@ -5,9 +5,10 @@
 // Each process owns one segment in /dev/shm holding, for every lane and every other
 // process, a ring that the other process writes into and this one reads from (a byte
 // stream of messages, each an 8-byte length and its bytes padded to 8), and per lane a
-// "bell": a 32-bit word that a peer bumps whenever it wrote into one of this process's
-// rings or freed room in one of the rings this process writes, and on which a waiting
-// thread parks (a futex shared between processes).
+// "bell": a 32-bit word on which a waiting thread parks (a futex shared between
+// processes), and that a peer bumps when it wrote into one of this process's rings or
+// freed room this process waits for, while a thread is parked there. A message between
+// two spinning threads makes no system call and rings no bell.
 //
 // There is no thread of its own: a send is copied into its ring by post() as far as the
 // ring has room, and the rest, like every receive, by wait(), which moves every pending
@@ -25,6 +26,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -82,9 +84,11 @@ class ShmMesh {
 
   // Queues the sends and receives (messages to or from this process itself are skipped; the
   // caller copies them) under `ticket`, and copies what fits of the sends into their rings.
-  // A receive takes a message of at most its size. Never blocks; throws InvalidArgument for a
-  // lane out of range (peers are the caller's to check).
-  void post(int lane, Ticket ticket, std::span<const SendOp> sends, std::span<const RecvOp> recvs);
+  // Only those of at most `max_bytes` are taken: a caller with another path for larger ones
+  // posts those there. A receive takes a message of at most its size. Never blocks; throws
+  // InvalidArgument for a lane out of range (peers are the caller's to check).
+  void post(int lane, Ticket ticket, std::span<const SendOp> sends, std::span<const RecvOp> recvs,
+            std::size_t max_bytes = SIZE_MAX);
 
   enum class Outcome {
     kDone,        // every message of the posts up to the ticket completed
@@ -138,7 +142,10 @@ class ShmMesh {
   bool recv_some(int lane, int peer, WaitResult* error) noexcept;
   bool complete(const Lane& lane, Ticket ticket) const noexcept;
   void forget_completed(int lane) noexcept;
+  // Bumps `process`'s bell of `lane` and wakes the threads parked on it.
   void ring_bell(int process, int lane) noexcept;
+  // The same, only if a thread of `process` is parked (or about to park) on it.
+  void ring_bell_if_parked(int process, int lane) noexcept;
   int failed_peer() const noexcept;
   int gone_peer() const noexcept;
 
