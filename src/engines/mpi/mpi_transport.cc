@@ -52,9 +52,19 @@ namespace {
 
 using Clock = Transport::Clock;
 
-// Messages up to this size between processes of one host go through shared memory: a
-// frame (3,968 bytes at most) and the small collectives' data.
-constexpr std::size_t kSharedBytes = 4000;
+// OpenMPI's shared-memory transport sends up to 4 KiB (its header included) at once; a
+// longer message waits for a handshake (its rendezvous) first.
+constexpr std::size_t kMpiEagerBytes = 4000;
+// Messages up to this size between processes of one host go through shared memory: the
+// frames and the data of the small and middle collectives. A message through a ring costs
+// two copies and no handshake; through OpenMPI, from 4 KiB on, a handshake and one copy:
+// the handshake's round trip (about 2 us here) is the time of copying tens of KiB twice,
+// and an all-reduce over two processes measured 2.1-2.8 us at 8 KiB through the rings
+// against 5.3-7.2 us for MPI_Allreduce, and the same from 32 to 64 KiB.
+constexpr std::size_t kSharedBytes = std::size_t{64} << 10;
+// Over shared memory a frame may be this long (a message sent at once, whatever its
+// length): an all-reduce of up to about 16 KiB rides in its frames, one round trip.
+constexpr std::size_t kSharedEagerBytes = std::size_t{16} << 10;
 constexpr std::size_t kMaxAbortText = 4096;
 
 // Polling schedule of exchange(): spin, then yield, then nap.
@@ -298,14 +308,13 @@ class MpiTransport final : public Transport, public NativeCollectives {
   void wait(int lane, Ticket ticket, Clock::time_point deadline) override;
   void abort(const std::string& why, std::optional<int> cause_replica) noexcept override;
   TransportTraits traits() const override {
-    // OpenMPI's shared-memory transport sends up to 4 KiB (its header included) eagerly.
-    // Shared-memory copies are cheap to start, but every step is a round trip: 2 MiB steps
-    // (a 4 MiB all-reduce over two processes moves each part at once) measured best from 1
-    // to 16 MiB.
+    // Steps (above kSharedBytes, so through OpenMPI): shared-memory copies are cheap to
+    // start, but every step is a round trip: 2 MiB steps (a 4 MiB all-reduce over two
+    // processes moves each part at once) measured best from 1 to 16 MiB.
     return {.receives_ahead = false,
             .receives_shorter = true,
             .streamed_results = true,
-            .eager_bytes = 4000,
+            .eager_bytes = shm_ ? kSharedEagerBytes : kMpiEagerBytes,
             .min_step_bytes = std::size_t{2} << 20,
             .max_step_bytes = std::size_t{2} << 20};
   }
@@ -536,14 +545,14 @@ void MpiTransport::check_peer(int lane, int peer, const char* what) const {
 Transport::Ticket MpiTransport::post(int lane, std::span<const SendOp> sends,
                                      std::span<const RecvOp> recvs) {
   check_lane(lane);
-  std::size_t count = 0;
+  std::size_t count = 0;  // MPI messages
   for (const RecvOp& op : recvs) {
     check_peer(lane, op.peer, "receive");
-    count += messages_for(op.bytes);
+    if (!shared(op)) count += messages_for(op.bytes);
   }
   for (const SendOp& op : sends) {
     check_peer(lane, op.peer, "send");
-    count += messages_for(op.bytes);
+    if (!shared(op)) count += messages_for(op.bytes);
   }
   if (poison_.is_set()) {
     cancel_pending({lane, 0, 0});
@@ -552,30 +561,8 @@ Transport::Ticket MpiTransport::post(int lane, std::span<const SendOp> sends,
   Lane& l = lanes_[lane];
   const Ticket ticket = ++l.posted;
   if (shm_) {
-    // The small messages to other processes go through shared memory: post those there, and
-    // leave only the others (count them again) to MPI.
-    thread_local std::vector<SendOp> small_sends;
-    thread_local std::vector<RecvOp> small_recvs;
-    small_sends.clear();
-    small_recvs.clear();
-    count = 0;
-    for (const RecvOp& op : recvs) {
-      if (shared(op)) {
-        small_recvs.push_back(op);
-      } else {
-        count += messages_for(op.bytes);
-      }
-    }
-    for (const SendOp& op : sends) {
-      if (shared(op)) {
-        small_sends.push_back(op);
-      } else {
-        count += messages_for(op.bytes);
-      }
-    }
-    if (!small_sends.empty() || !small_recvs.empty()) {
-      shm_->post(lane, ticket, small_sends, small_recvs);
-    }
+    // The small messages to other processes go through shared memory; MPI takes the others.
+    shm_->post(lane, ticket, sends, recvs, kSharedBytes);
   }
   if (count == 0) return ticket;
   if (l.requests.size() - l.head + count > static_cast<std::size_t>(INT_MAX)) {
@@ -633,7 +620,9 @@ void MpiTransport::wait(int lane, Ticket ticket, Clock::time_point deadline) {
   bool shared_done = !shm_ || shm_->poll(lane, ticket, &shared_error);
   if (end == l.head && shared_done) return done_with();
 
-  const Clock::time_point start = Clock::now();
+  // Read at the first look at the clock: a wait that ends within kClockEvery polls (a small
+  // message between spinning processes) reads no clock at all.
+  Clock::time_point start{};
   MPI_Request* const requests = l.requests.data() + p.begin;
   const int count = static_cast<int>(p.end - p.begin);
   bool spinning = true;
@@ -653,6 +642,7 @@ void MpiTransport::wait(int lane, Ticket ticket, Clock::time_point deadline) {
     if (spinning && polls % kClockEvery != 0) continue;
 
     const Clock::time_point now = Clock::now();
+    if (start == Clock::time_point{}) start = now;
     if (now >= deadline) time_out(p, start, deadline);
     if (poison_.is_set()) release(p);
     const auto waited = now - start;
