@@ -7,7 +7,9 @@
 #include <cstring>
 
 #include "src/collectives/across/all_reduce_slice.h"
+#include "src/collectives/frames.h"
 #include "src/collectives/plan.h"
+#include "src/collectives/reduce_kernel.h"
 
 namespace replicator::detail {
 
@@ -114,8 +116,46 @@ AllReducePlan plan_all_reduce(const ProcessLayout& layout, const LaneShape& lane
                            layout.traits);
 }
 
+namespace {
+
+// One replica per process and one buffer whose elements are their own accumulators: the
+// buffer is this process's only row. Where the plan is in frame, the buffer rides in the
+// frame as it is and the P rows combine straight into it, in id order (the canonical
+// tree over P leaves, the bits of every other path). Returns false, doing nothing, for
+// any other call or plan.
+bool all_reduce_one_row_in_frame(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                                 Deadline deadline) {
+  const Descriptor& d = p.mine();
+  if (layout.local != 1 || d.call.buffers.size() != 1) return false;
+  const Buffer& b = d.call.buffers[0];
+  const std::size_t element = dtype_size(b.dtype);
+  if (partial_size(b.dtype, d.op) != element) return false;
+  const auto P = static_cast<std::uint64_t>(layout.processes);
+  const std::size_t row = b.count * element;
+  const AllReducePlan plan = plan_all_reduce(layout, {.dtype = b.dtype,
+                                                      .op = d.op,
+                                                      .row_bytes = row,
+                                                      .largest_part_bytes = (b.count + P - 1) / P *
+                                                                            element,
+                                                      .one_dtype = true});
+  if (plan.algorithm != AllReduceAlgorithm::kInFrame) return false;
+  const std::byte* frames = exchange_frames(p, layout, lane, deadline, b.data, row);
+  lane.inputs.clear();
+  for (int q = 0; q < layout.processes; ++q) {
+    lane.inputs.push_back(q == layout.rank ? static_cast<const std::byte*>(b.data)
+                                           : payload_of(layout, frames, q));
+  }
+  void* out = b.data;
+  tree_reduce(d.op, b.dtype, lane.inputs.data(), layout.processes, &out, 1, b.count,
+              static_cast<std::size_t>(layout.processes), *p.scratch);
+  return true;
+}
+
+}  // namespace
+
 void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
                        Deadline deadline) {
+  if (all_reduce_one_row_in_frame(p, layout, lane, deadline)) return;
   SliceReduce s(p, layout, lane);
   const auto P = static_cast<std::uint64_t>(s.P);
   bool one_dtype = true;
