@@ -12,9 +12,10 @@ HostPolicy host_policy(int local_replicas, int host_processes, unsigned cores,
   HostPolicy policy;
   policy.oversubscribed = threads > usable;
   policy.collective_spin = policy.oversubscribed ? std::chrono::microseconds(0) : spin;
-  policy.step_spin = static_cast<unsigned>(local_replicas) + 1 <= usable
-                         ? policy.collective_spin
-                         : std::chrono::microseconds(0);
+  // Every process of the host has a driving thread besides its replicas.
+  const auto drivers = static_cast<unsigned>(std::max(1, host_processes));
+  policy.step_spin =
+      threads + drivers <= usable ? policy.collective_spin : std::chrono::microseconds(0);
   return policy;
 }
 

@@ -13,7 +13,8 @@ struct HostPolicy {
   // How long a replica waiting in a collective busy-waits before it parks.
   std::chrono::microseconds collective_spin{0};
   // How long an idle replica thread busy-waits for the next step: only if the driving
-  // thread has a core too.
+  // thread of every process of the host has a core too (else the spinning replica holds
+  // the core its own driver needs to start that step).
   std::chrono::microseconds step_spin{0};
 };
 

@@ -108,6 +108,68 @@ TEST(ChooseAllReduceTest, PipelinedStepsClampTheLargestPartToTheTransportsRange)
   EXPECT_EQ(plan_for(std::size_t{40} << 10, 1, 2, kGlooLike).step_bytes, std::size_t{64} << 10);
 }
 
+// Times at kCostBytes that grow as `latency + bytes / rate`.
+TransportCosts::Times line(double latency_s, double bytes_per_s) {
+  TransportCosts::Times times{};
+  for (std::size_t i = 0; i < kCostBytes.size(); ++i) {
+    times[i] = latency_s + static_cast<double>(kCostBytes[i]) / bytes_per_s;
+  }
+  return times;
+}
+
+TEST(TransportCostsTest, ReadsBetweenTheMeasuredSizesOnStraightLines) {
+  TransportCosts::Times t{};
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<double>(i + 1);
+  EXPECT_DOUBLE_EQ(TransportCosts::at(t, 0), 1);  // below the smallest: the smallest's time
+  EXPECT_DOUBLE_EQ(TransportCosts::at(t, 64), 1);
+  EXPECT_DOUBLE_EQ(TransportCosts::at(t, 16384), 2);
+  // Halfway between 16 and 64 KiB.
+  EXPECT_DOUBLE_EQ(TransportCosts::at(t, 40 << 10), 2.5);
+  EXPECT_DOUBLE_EQ(TransportCosts::at(t, 4 << 20), 6);
+  // Past the largest, on the last segment's line (1 per 3 MiB).
+  EXPECT_DOUBLE_EQ(TransportCosts::at(t, 7 << 20), 7);
+  EXPECT_FALSE(TransportCosts{}.exchange_known());
+  TransportCosts some;
+  some.exchange_s = t;
+  some.exchange_s[3] = 0;  // one size not measured: not known
+  EXPECT_FALSE(some.exchange_known());
+}
+
+TEST(ChooseAllReduceTest, MeasuredCostsPickGatheredOrTheEnginesOwnWhicheverIsCheaper) {
+  const auto plan = [](std::size_t row, const TransportCosts& costs, bool native = true) {
+    return choose_all_reduce({.row_bytes = row,
+                              .processes = 2,
+                              .largest_part_bytes = row / 2,
+                              .native_same_bits = native,
+                              .costs = costs},
+                             kMpiLike)
+        .algorithm;
+  };
+  TransportCosts costs;
+  costs.exchange_s = line(1e-6, 10e9);
+  costs.reduce_s = line(0, 20e9);
+  // The engine's own: a handshake of 20 us, then 20 GB/s. Gathered costs 1 us + 0.15 ns a
+  // byte, the engine's own 20 us + 0.05 ns: they cross at 190,000 bytes.
+  costs.native_s = line(20e-6, 20e9);
+  EXPECT_EQ(plan(64 << 10, costs), AllReduceAlgorithm::kGathered);
+  EXPECT_EQ(plan(180000, costs), AllReduceAlgorithm::kGathered);
+  EXPECT_EQ(plan(200000, costs), AllReduceAlgorithm::kNative);
+  EXPECT_EQ(plan(4 << 20, costs), AllReduceAlgorithm::kNative);
+  AllReduceShape at{.row_bytes = 180000, .processes = 2, .costs = costs};
+  EXPECT_LT(gathered_seconds(at), native_seconds(at));
+  // An engine's own that is always dearer: gathered up to kGatherCapBytes, no further.
+  costs.native_s = line(1e-3, 1e9);
+  EXPECT_EQ(plan(kGatherCapBytes, costs), AllReduceAlgorithm::kGathered);
+  EXPECT_EQ(plan(kGatherCapBytes + 64, costs), AllReduceAlgorithm::kNative);
+  // Frames still come first; and without the engine's own the costs decide nothing.
+  EXPECT_EQ(plan(1000, costs), AllReduceAlgorithm::kInFrame);
+  EXPECT_EQ(plan(1 << 20, costs, false), AllReduceAlgorithm::kPipelined);
+  // Costs not measured (zero): the fixed limits.
+  EXPECT_EQ(plan(64 << 10, TransportCosts{}), AllReduceAlgorithm::kNative);
+  EXPECT_LT(gathered_seconds({.row_bytes = 1 << 20}), 0);
+  EXPECT_LT(native_seconds({.row_bytes = 1 << 20}), 0);
+}
+
 TEST(HostPolicyTest, SpinsOnlyWhileEveryReplicaThreadHasACore) {
   const microseconds spin(50);
   const HostPolicy fits = host_policy(2, 1, 4, spin);
@@ -119,6 +181,13 @@ TEST(HostPolicyTest, SpinsOnlyWhileEveryReplicaThreadHasACore) {
   EXPECT_FALSE(tight.oversubscribed);
   EXPECT_EQ(tight.collective_spin, spin);
   EXPECT_EQ(tight.step_spin, microseconds(0));  // the driving thread has no core of its own
+
+  // 2 processes of one replica each on 2 cores: every replica has a core, the drivers not.
+  const HostPolicy pair = host_policy(1, 2, 2, spin);
+  EXPECT_FALSE(pair.oversubscribed);
+  EXPECT_EQ(pair.collective_spin, spin);
+  EXPECT_EQ(pair.step_spin, microseconds(0));
+  EXPECT_EQ(host_policy(1, 2, 4, spin).step_spin, spin);
 
   const HostPolicy crowded = host_policy(2, 2, 2, spin);  // 2 processes x 2 replicas, 2 cores
   EXPECT_TRUE(crowded.oversubscribed);
