@@ -73,6 +73,7 @@
 #include "src/collectives/across/across.h"
 #include "src/collectives/frames.h"
 #include "src/collectives/plan.h"
+#include "src/runtime/calibration.h"
 #include "src/engines/local/local_engine.h"
 #include "src/runtime/host_policy.h"
 #include "src/runtime/testing.h"
@@ -788,16 +789,21 @@ bench::CopyBandwidth measure_copy_bandwidth(Replicator& repl, const Settings& s,
 }
 
 // --plan: what the chooser picks for an all_reduce of each size in this job, from the same
-// facts the collectives use (no measurement): in one process the local path; across
-// processes, for the largest lane's slice, the algorithm, its pipeline step, from which step
-// size results are written past the cache, and the frame payload.
+// facts the collectives use (the job's calibration, kept or measured as a Replicator's
+// start does, and no collective timed): in one process the local path; across processes,
+// for the largest lane's slice, the algorithm, its pipeline step, from which step size
+// results are written past the cache, the frame payload, and the chooser's estimates.
 void print_all_reduce_plan(const Settings& s, const Config& config, detail::Transport* transport) {
   const detail::HostPolicy policy = detail::host_policy(
       s.local_replicas, config.host_processes, std::thread::hardware_concurrency(), config.spin);
   const detail::MachineFacts facts{.oversubscribed = policy.oversubscribed};
   std::optional<detail::ProcessLayout> layout;
+  detail::Calibration calibration;
   if (transport != nullptr && transport->size() > 1) {
     layout = detail::make_process_layout(*transport, s.local_replicas, policy.oversubscribed);
+    // What a Replicator of this job would measure (or read) at start, every process together.
+    calibration = detail::calibrate(*layout, config.calibration, config.timeout);
+    layout->costs = calibration.costs;
   }
   if (!s.prints()) return;
   const std::size_t element = dtype_size(s.dtype);
@@ -809,9 +815,26 @@ void print_all_reduce_plan(const Settings& s, const Config& config, detail::Tran
     if (layout) {
       std::printf("# frames: %zu bytes of partials ride in a frame; engine's own all-reduce: %s\n",
                   detail::frame_payload(layout->traits), layout->native ? "yes" : "no");
+      const detail::TransportCosts& c = calibration.costs;
+      if (c.exchange_known()) {
+        std::printf("# calibration (%s%s), us at", calibration.measured ? "measured now" : "kept",
+                    calibration.path.empty() ? "" : (", " + calibration.path).c_str());
+        for (const std::size_t bytes : detail::kCostBytes) std::printf(" %zu", bytes);
+        std::printf(" bytes:\n#   exchange between every pair:");
+        for (const double t : c.exchange_s) std::printf(" %.2f", t * 1e6);
+        std::printf("\n#   engine's own all-reduce:");
+        for (const double t : c.native_s) std::printf(" %.2f", t * 1e6);
+        std::printf("\n#   reduction of two inputs:");
+        for (const double t : c.reduce_s) std::printf(" %.2f", t * 1e6);
+        std::printf("\n# est_* columns: the chooser's estimates\n");
+      } else {
+        std::printf("# calibration: none (%s); the chooser's fixed limits\n",
+                    detail::needs_calibration(*layout) ? "--calibration off"
+                                                       : "no choice in this job depends on it");
+      }
     }
-    std::printf("%12s  %-8s  %-13s  %12s  %14s\n", "bytes", "local", "across", "step_bytes",
-                "streamed_from");
+    std::printf("%12s  %-8s  %-13s  %12s  %14s  %12s  %12s\n", "bytes", "local", "across",
+                "step_bytes", "streamed_from", "est_gathered", "est_native");
   }
   for (const std::uint64_t bytes : s.sizes) {
     const std::uint64_t count = bytes / element;
@@ -830,17 +853,32 @@ void print_all_reduce_plan(const Settings& s, const Config& config, detail::Tran
     std::string across = "-";
     std::string step = "-";
     std::string streamed = "-";
+    std::string est_gathered = "-";
+    std::string est_native = "-";
     if (layout) {
       const auto [lo, hi] = detail::slice_of(count, 0, s.local_replicas);
       const auto P = static_cast<std::uint64_t>(layout->processes);
       const std::size_t partial = detail::partial_size(s.dtype, s.op);
-      const detail::AllReducePlan plan =
-          detail::plan_all_reduce(*layout, {.dtype = s.dtype,
-                                            .op = s.op,
-                                            .row_bytes = (hi - lo) * partial,
-                                            .largest_part_bytes = (hi - lo + P - 1) / P * partial});
+      const detail::LaneShape shape{.dtype = s.dtype,
+                                    .op = s.op,
+                                    .row_bytes = (hi - lo) * partial,
+                                    .largest_part_bytes = (hi - lo + P - 1) / P * partial};
+      const detail::AllReducePlan plan = detail::plan_all_reduce(*layout, shape);
       across = std::string(to_string(plan.algorithm));
       j["across"] = across;
+      const detail::AllReduceShape modelled{.row_bytes = shape.row_bytes,
+                                            .max_subtrees = layout->max_subtrees,
+                                            .processes = layout->processes,
+                                            .costs = layout->costs};
+      const auto estimate = [&](double seconds, const char* name) {
+        if (seconds < 0) return std::string("-");
+        j[name] = seconds * 1e6;
+        char text[32];
+        std::snprintf(text, sizeof text, "%.2f us", seconds * 1e6);
+        return std::string(text);
+      };
+      est_gathered = estimate(detail::gathered_seconds(modelled), "est_gathered_us");
+      est_native = estimate(detail::native_seconds(modelled), "est_native_us");
       if (plan.algorithm == detail::AllReduceAlgorithm::kPipelined) {
         step = std::to_string(plan.step_bytes);
         j["step_bytes"] = plan.step_bytes;
@@ -853,8 +891,9 @@ void print_all_reduce_plan(const Settings& s, const Config& config, detail::Tran
     if (s.json) {
       std::printf("%s\n", j.dump().c_str());
     } else {
-      std::printf("%12llu  %-8s  %-13s  %12s  %14s\n", static_cast<unsigned long long>(bytes),
-                  local.c_str(), across.c_str(), step.c_str(), streamed.c_str());
+      std::printf("%12llu  %-8s  %-13s  %12s  %14s  %12s  %12s\n",
+                  static_cast<unsigned long long>(bytes), local.c_str(), across.c_str(),
+                  step.c_str(), streamed.c_str(), est_gathered.c_str(), est_native.c_str());
     }
   }
   std::fflush(stdout);
@@ -1126,7 +1165,8 @@ Command add_bench_collectives(CLI::App& bench) {
   app->add_flag("--json", flags->json, "One JSON object per line instead of the table");
   app->add_flag("--plan", flags->plan,
                 "Print what the chooser picks for an all_reduce of each size in this job (the "
-                "local path, or the algorithm across processes), and measure nothing");
+                "local path, or the algorithm across processes, with the job's calibration), and "
+                "time no collective");
   app->add_flag("--no-native", flags->no_native,
                 "Across processes, do not also time the engine's own all-reduce");
   app->add_option("--timeout", flags->timeout, "Deadline of every collective, e.g. 30s");

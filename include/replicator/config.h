@@ -33,8 +33,13 @@ struct Config {
   std::string job = "replicator";
   // Where every process of the job runs on this host (same hostname, boot and namespaces),
   // messages go through shared memory (/dev/shm): gloo, all of them instead of TCP; mpi,
-  // those of up to 4,000 bytes (frames, small collectives) instead of MPI. Off: never.
+  // those of up to 4 MiB (frames, small and middle collectives) instead of MPI. Off: never.
   bool shared_memory = true;
+  // Where the job keeps what it measured of its transport at start (its calibration, good
+  // for a day; src/runtime/calibration.h): a folder, empty for $XDG_CACHE_HOME/replicator
+  // (else ~/.cache/replicator), or "off": measure nothing, and choose algorithms by fixed
+  // limits. Process 0's setting decides for the job.
+  std::string calibration;
   // Default deadline of every blocking call; a call's own `timeout` option overrides it.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   // How long a replica waiting for its peers spins before it parks on a futex. When the

@@ -139,6 +139,11 @@ void Config::set(std::string_view name, std::string_view value) {
                         detail::quoted(value));
     }
     flight_recorder_size = static_cast<int>(n);
+  } else if (name == "calibration") {
+    if (detail::has_control(value)) {
+      throw ConfigError(what + " must not hold control characters, got " + detail::quoted(value));
+    }
+    calibration = value;
   } else if (name == "trace-dir" || name == "timeline") {
     // Paths, handed on as C strings: a NUL would cut them short.
     if (value.empty()) throw ConfigError(what + " must not be empty");
@@ -173,6 +178,7 @@ std::vector<std::pair<std::string, std::string>> Config::options() {
           {"host", "gloo: address the other processes reach this one at"},
           {"job", "gloo: job name, keeps jobs sharing a store apart"},
           {"shared-memory", "on or off: processes on one host talk through shared memory"},
+          {"calibration", "folder that keeps the transport's measured costs, or off"},
           {"generation", "elastic jobs: the generation of this process (set by the agent)"},
           {"restart-count", "elastic jobs: restarts before this generation (set by the agent)"},
           {"heartbeat", "elastic jobs: interval of the heartbeat the agent watches, e.g. 1s"},

@@ -26,18 +26,46 @@ std::string_view to_string(AllReduceAlgorithm algorithm) {
   return "unknown";
 }
 
+double TransportCosts::at(const Times& times, double bytes) {
+  const auto size = [](std::size_t i) { return static_cast<double>(kCostBytes[i]); };
+  if (bytes <= size(0)) return times[0];
+  std::size_t i = 1;
+  while (i + 1 < kCostBytes.size() && bytes > size(i)) ++i;
+  const double slope = (times[i] - times[i - 1]) / (size(i) - size(i - 1));
+  return std::max(0.0, times[i - 1] + (bytes - size(i - 1)) * slope);
+}
+
+double gathered_seconds(const AllReduceShape& shape) {
+  const TransportCosts& c = shape.costs;
+  if (!c.exchange_known() || !c.reduce_known()) return -1;
+  const double rows = static_cast<double>(shape.max_subtrees) * static_cast<double>(shape.row_bytes);
+  const double others = static_cast<double>(std::max(1, shape.processes - 1));
+  // P rows of each subtree reduce into one: P - 1 reductions of two inputs.
+  return TransportCosts::at(c.exchange_s, rows) + others * TransportCosts::at(c.reduce_s, rows);
+}
+
+double native_seconds(const AllReduceShape& shape) {
+  const TransportCosts& c = shape.costs;
+  if (!c.native_known()) return -1;
+  return TransportCosts::at(c.native_s, static_cast<double>(shape.row_bytes));
+}
+
 AllReducePlan choose_all_reduce(const AllReduceShape& shape, const TransportTraits& traits) {
   const std::size_t all_rows = static_cast<std::size_t>(shape.max_subtrees) * shape.row_bytes;
   if (all_rows <= frame_payload(traits)) return {.algorithm = AllReduceAlgorithm::kInFrame};
   const std::size_t eager = traits.eager_bytes;
   const std::size_t row = shape.row_bytes;
+  const bool native = shape.native_same_bits && !shape.oversubscribed;
+  if (native && gathered_seconds(shape) >= 0 && native_seconds(shape) >= 0) {
+    const bool gathered =
+        all_rows <= kGatherCapBytes && gathered_seconds(shape) <= native_seconds(shape);
+    return {.algorithm = gathered ? AllReduceAlgorithm::kGathered : AllReduceAlgorithm::kNative};
+  }
   if (all_rows <= kGatherBytes &&
       (row <= eager || row / static_cast<std::size_t>(shape.processes) > eager)) {
     return {.algorithm = AllReduceAlgorithm::kGathered};
   }
-  if (shape.native_same_bits && !shape.oversubscribed) {
-    return {.algorithm = AllReduceAlgorithm::kNative};
-  }
+  if (native) return {.algorithm = AllReduceAlgorithm::kNative};
   return {.algorithm = AllReduceAlgorithm::kPipelined,
           .step_bytes =
               std::clamp(shape.largest_part_bytes, traits.min_step_bytes, traits.max_step_bytes),

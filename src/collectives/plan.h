@@ -4,6 +4,7 @@
 // apart from running (the algorithms are in their own files).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -39,6 +40,39 @@ enum class AllReduceAlgorithm : std::uint8_t {
 // "in frame", "gathered", "pipelined", "engine's own".
 std::string_view to_string(AllReduceAlgorithm algorithm);
 
+// What the job measured of its transport and host at start (the calibration,
+// src/runtime/calibration.h): times at each of kCostBytes, read between them as straight
+// lines (a transport's time is not one line: OpenMPI's jumps where its rendezvous starts,
+// and a ring streams at another speed than a copy that fits in it). Zero where not
+// measured; the chooser then keeps to its fixed limits.
+inline constexpr std::array<std::size_t, 6> kCostBytes = {
+    64, std::size_t{16} << 10, std::size_t{64} << 10, std::size_t{256} << 10, std::size_t{1} << 20,
+    std::size_t{4} << 20};
+struct TransportCosts {
+  using Times = std::array<double, kCostBytes.size()>;
+  // Seconds of one exchange in which every process sends that many bytes to every other
+  // (the transport as the collectives use it: through shared memory, MPI or TCP).
+  Times exchange_s{};
+  // Seconds of the engine's own all-reduce of that many bytes (where it has one).
+  Times native_s{};
+  // Seconds of a reduction of two inputs of that many bytes into a third (f32 sum, in this
+  // process: from the caches at the small sizes, from memory at the large).
+  Times reduce_s{};
+
+  bool exchange_known() const { return known(exchange_s); }
+  bool native_known() const { return known(native_s); }
+  bool reduce_known() const { return known(reduce_s); }
+  static bool known(const Times& times) {
+    for (const double t : times) {
+      if (!(t > 0)) return false;
+    }
+    return true;
+  }
+  // Seconds at `bytes`: between two measured sizes on the line through them, past the
+  // largest on the last segment's line, below the smallest the smallest's time.
+  static double at(const Times& times, double bytes);
+};
+
 struct AllReduceShape {
   std::size_t row_bytes = 0;           // one subtree's partials of the slice
   int max_subtrees = 1;                // most subtrees any process holds
@@ -50,6 +84,8 @@ struct AllReduceShape {
   bool native_same_bits = false;
   // More replica threads on this host than cores.
   bool oversubscribed = false;
+  // What the job measured (zero: not measured).
+  TransportCosts costs;
 };
 
 struct AllReducePlan {
@@ -62,12 +98,22 @@ struct AllReducePlan {
 
 // Up to this many bytes of partials per process, every process sends every process's
 // partials of the whole slice to every other (one exchange after the frames) instead of
-// owner parts and results (two).
+// owner parts and results (two). Where the job measured its costs and the engine's own
+// all-reduce competes, the measured crossover instead, up to kGatherCapBytes (every
+// process holds all the others' partials at once).
 inline constexpr std::size_t kGatherBytes = std::size_t{16} << 10;
+inline constexpr std::size_t kGatherCapBytes = std::size_t{4} << 20;
 // Where peers copy results straight out of this process's memory, a step's results from
 // this size on are written past the cache: the peer reads them from memory, and the next
 // call's writes need not first take back lines the peer's core holds.
 inline constexpr std::size_t kStreamBytes = std::size_t{16} << 10;
+
+// Estimated seconds of the gathered algorithm and of the engine's own for that shape, from
+// the measured costs (both start with the frames, one small exchange): gathered, one
+// exchange of every row and the reduction of P rows; the engine's own, its all-reduce of
+// the row. Negative where the costs needed were not measured.
+double gathered_seconds(const AllReduceShape& shape);
+double native_seconds(const AllReduceShape& shape);
 
 // In frame when every process's partials fit in a frame; gathered up to kGatherBytes unless
 // that turns messages the transport sends at once into ones with a handshake (a row over
@@ -87,6 +133,12 @@ inline constexpr std::size_t kStreamBytes = std::size_t{16} << 10;
 // engine's progress loop spins without yielding, and with more threads than cores a
 // spinning lane takes the core of the replica or the lane it waits for (2 processes x 2
 // replicas on 2 cores: 0.5x ours at 1 MiB), where our waits yield.
+//
+// Where the job measured its exchange, its reduction and the engine's own all-reduce, the
+// engine's own takes over from gathered only where gathered_seconds() exceeds
+// native_seconds() (or past kGatherCapBytes): over shared memory the rings need no
+// handshake, and two processes measured 2.2x MPI_Allreduce at 64-256 KiB and the same time
+// from 4 MiB, where OpenMPI's single copy wins.
 AllReducePlan choose_all_reduce(const AllReduceShape& shape, const TransportTraits& traits);
 
 }  // namespace replicator::detail

@@ -7,6 +7,7 @@
 #include "src/collectives/communicator.h"
 #include "src/collectives/reduce_kernel.h"
 #include "src/engines/make_transport.h"
+#include "src/runtime/calibration.h"
 #include "src/runtime/host_policy.h"
 #include "src/runtime/trace.h"
 #include "src/runtime/worker_pool.h"
@@ -56,6 +57,7 @@ Replicator::Replicator(Config config, std::unique_ptr<detail::Transport> transpo
   if (transport_ && transport_->size() > 1) {
     layout_ = std::make_unique<detail::ProcessLayout>(
         detail::make_process_layout(*transport_, L, policy.oversubscribed));
+    layout_->costs = detail::calibrate(*layout_, config_.calibration, config_.timeout).costs;
   }
   tracer_ = std::make_unique<detail::Tracer>(config_, layout_ ? layout_->rank : 0,
                                              layout_ ? layout_->processes : 1, L);

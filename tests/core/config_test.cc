@@ -103,9 +103,21 @@ TEST(ConfigTest, OptionsListsEveryNameSetAccepts) {
   }
   EXPECT_EQ(names, (std::vector<std::string>{"local-replicas", "timeout", "spin", "host-processes",
                                              "engine", "rank", "world-size", "store", "host", "job",
-                                             "shared-memory", "generation", "restart-count",
+                                             "shared-memory", "calibration", "generation",
+                                             "restart-count",
                                              "heartbeat", "heartbeat-store", "flight-recorder-size",
                                              "trace-dir", "timeline", "trace-signal"}));
+}
+
+TEST(ConfigTest, CalibrationIsAFolderOrOff) {
+  Config config;
+  EXPECT_EQ(config.calibration, "");  // the user's cache folder
+  config.set("calibration", "off");
+  EXPECT_EQ(config.calibration, "off");
+  config.set("calibration", "/tmp/costs");
+  EXPECT_EQ(config.calibration, "/tmp/costs");
+  EXPECT_HAS_SUBSTR(config_error_message([&] { config.set("calibration", "a\nb"); }),
+                    "option 'calibration' must not hold control characters");
 }
 
 TEST(ConfigTest, ElasticJobsRunOnGlooOnly) {

@@ -54,6 +54,7 @@ struct ProcessLayout {
   int local = 1;                               // L
   std::vector<std::vector<Subtree>> subtrees;  // per process
   int max_subtrees = 1;
+  TransportCosts costs;  // measured at start (zero: not measured)
 
   int replicas() const { return processes * local; }
 };

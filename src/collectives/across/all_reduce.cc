@@ -112,7 +112,8 @@ AllReducePlan plan_all_reduce(const ProcessLayout& layout, const LaneShape& lane
                             .processes = layout.processes,
                             .largest_part_bytes = lane.largest_part_bytes,
                             .native_same_bits = native_same_bits,
-                            .oversubscribed = layout.oversubscribed},
+                            .oversubscribed = layout.oversubscribed,
+                            .costs = layout.costs},
                            layout.traits);
 }
 

@@ -56,12 +56,14 @@ using Clock = Transport::Clock;
 // longer message waits for a handshake (its rendezvous) first.
 constexpr std::size_t kMpiEagerBytes = 4000;
 // Messages up to this size between processes of one host go through shared memory: the
-// frames and the data of the small and middle collectives. A message through a ring costs
-// two copies and no handshake; through OpenMPI, from 4 KiB on, a handshake and one copy:
-// the handshake's round trip (about 2 us here) is the time of copying tens of KiB twice,
-// and an all-reduce over two processes measured 2.1-2.8 us at 8 KiB through the rings
-// against 5.3-7.2 us for MPI_Allreduce, and the same from 32 to 64 KiB.
-constexpr std::size_t kSharedBytes = std::size_t{64} << 10;
+// frames and the data of the small and middle collectives (a gathered all-reduce's rows
+// up to kGatherCapBytes). A message through a ring costs two copies and no handshake;
+// through OpenMPI, from 4 KiB on, a handshake and one copy: the handshake's round trip
+// (about 2 us here) is the time of copying tens of KiB twice. An all-reduce over two
+// processes, gathered through the rings, measured 2.1-2.8 us at 8 KiB against 5.3-7.2 us
+// for MPI_Allreduce, 2.2x its speed at 64-256 KiB, 1.2x at 1 MiB and the same at 4 MiB.
+// Which of the two runs is the chooser's, from what the job measured (calibration.h).
+constexpr std::size_t kSharedBytes = std::size_t{4} << 20;
 // Over shared memory a frame may be this long (a message sent at once, whatever its
 // length): an all-reduce of up to about 16 KiB rides in its frames, one round trip.
 constexpr std::size_t kSharedEagerBytes = std::size_t{16} << 10;

@@ -1,0 +1,295 @@
+#include "src/runtime/calibration.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "src/collectives/reduce_kernel.h"
+#include "src/engines/shm/shm_mesh.h"
+
+namespace replicator::detail {
+namespace {
+
+using Clock = Transport::Clock;
+
+constexpr std::string_view kMagic = "replicator calibration 2";
+constexpr int kWarmup = 3;
+
+// Timed repeats at `bytes`: more where each is short.
+int repeats_at(std::size_t bytes) { return bytes <= (std::size_t{64} << 10) ? 31 : 9; }
+
+std::uint64_t fnv1a(std::string_view text) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char c : text) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+const char* env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : nullptr;
+}
+
+// Median seconds of `repeats` runs of `fn` after kWarmup untimed ones.
+template <typename Fn>
+double median_seconds(int repeats, Fn&& fn) {
+  for (int i = 0; i < kWarmup; ++i) fn();
+  std::vector<double> times;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = Clock::now();
+    fn();
+    times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::nth_element(times.begin(), times.begin() + repeats / 2, times.end());
+  return times[static_cast<std::size_t>(repeats / 2)];
+}
+
+// One exchange in which every process sends `bytes` to every other.
+double time_exchange(const ProcessLayout& layout, std::size_t bytes, int repeats,
+                     std::chrono::milliseconds timeout) {
+  Transport& t = *layout.transport;
+  const int P = layout.processes;
+  std::vector<std::byte> out(bytes, std::byte{1});
+  std::vector<std::byte> in(bytes * static_cast<std::size_t>(P));
+  std::vector<SendOp> sends;
+  std::vector<RecvOp> recvs;
+  for (int q = 0; q < P; ++q) {
+    if (q == layout.rank) continue;
+    sends.push_back({q, out.data(), bytes});
+    recvs.push_back({q, in.data() + static_cast<std::size_t>(q) * bytes, bytes});
+  }
+  return median_seconds(repeats, [&] { t.exchange(0, sends, recvs, Clock::now() + timeout); });
+}
+
+double time_native(const ProcessLayout& layout, std::size_t bytes, int repeats,
+                   std::chrono::milliseconds timeout) {
+  std::vector<float> data(bytes / sizeof(float), 1.0f);
+  return median_seconds(repeats, [&] {
+    layout.native->native_all_reduce(0, data.data(), data.size(), DType::kF32, ReduceOp::kSum,
+                                     Clock::now() + timeout);
+  });
+}
+
+double time_reduce(std::size_t bytes, int repeats) {
+  const std::size_t count = bytes / sizeof(float);
+  std::vector<float> a(count, 1.0f), b(count, 2.0f), c(count);
+  ReduceScratch scratch(2);
+  const void* inputs[] = {a.data(), b.data()};
+  void* outputs[] = {c.data()};
+  return median_seconds(repeats, [&] {
+    tree_reduce(ReduceOp::kSum, DType::kF32, inputs, 2, outputs, 1, count, 2, scratch);
+  });
+}
+
+// Process 0's flag and figures to every process (lane 0).
+void share(const ProcessLayout& layout, std::uint64_t* flag, TransportCosts* costs,
+           std::chrono::milliseconds timeout) {
+  struct Message {
+    std::uint64_t flag;
+    TransportCosts costs;
+  } message{*flag, *costs};
+  std::vector<SendOp> sends;
+  std::vector<RecvOp> recvs;
+  if (layout.rank == 0) {
+    for (int q = 1; q < layout.processes; ++q) sends.push_back({q, &message, sizeof message});
+  } else {
+    recvs.push_back({0, &message, sizeof message});
+  }
+  layout.transport->exchange(0, sends, recvs, Clock::now() + timeout);
+  *flag = message.flag;
+  *costs = message.costs;
+}
+
+TransportCosts measure(const ProcessLayout& layout, std::chrono::milliseconds timeout) {
+  TransportCosts c;
+  for (std::size_t i = 0; i < kCostBytes.size(); ++i) {
+    c.exchange_s[i] = time_exchange(layout, kCostBytes[i], repeats_at(kCostBytes[i]), timeout);
+    c.native_s[i] = time_native(layout, kCostBytes[i], repeats_at(kCostBytes[i]), timeout);
+    c.reduce_s[i] = time_reduce(kCostBytes[i], repeats_at(kCostBytes[i]));
+  }
+  return c;
+}
+
+std::optional<TransportCosts> read_kept(const std::string& path, const std::string& key) {
+  if (path.empty()) return std::nullopt;
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_calibration(text.str(), key, std::chrono::system_clock::now());
+}
+
+// Written whole under another name, then renamed: a reader sees the old file or the new.
+void keep(const std::string& path, const std::string& text) {
+  if (path.empty()) return;
+  const std::size_t slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    // Each missing folder of the path, outermost first.
+    for (std::size_t at = path.find('/', 1); at != std::string::npos && at <= slash;
+         at = path.find('/', at + 1)) {
+      ::mkdir(path.substr(0, at).c_str(), 0755);
+    }
+  }
+  const std::string temporary = path + ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << text;
+    if (!out.flush()) {
+      std::remove(temporary.c_str());
+      return;
+    }
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) std::remove(temporary.c_str());
+}
+
+}  // namespace
+
+std::string calibration_key(const ProcessLayout& layout) {
+  const TransportTraits& t = layout.traits;
+  std::string key = std::string(layout.transport ? layout.transport->name() : "none");
+  key += " P=" + std::to_string(layout.processes) + " L=" + std::to_string(layout.local);
+  key += " eager=" + std::to_string(t.eager_bytes);
+  key += " steps=" + std::to_string(t.min_step_bytes) + "-" + std::to_string(t.max_step_bytes);
+  key += " shorter=" + std::to_string(t.receives_shorter ? 1 : 0);
+  key += " host=" + ShmMesh::host_identity();
+  return key;
+}
+
+std::string calibration_path(const std::string& folder, const std::string& key) {
+  if (folder == "off") return {};
+  std::string dir = folder;
+  if (dir.empty()) {
+    if (const char* cache = env("XDG_CACHE_HOME")) {
+      dir = std::string(cache) + "/replicator";
+    } else if (const char* home = env("HOME")) {
+      dir = std::string(home) + "/.cache/replicator";
+    } else {
+      return {};
+    }
+  }
+  char name[64];
+  std::snprintf(name, sizeof name, "/calibration-%016llx.txt",
+                static_cast<unsigned long long>(fnv1a(key)));
+  return dir + name;
+}
+
+std::string format_calibration(const std::string& key, const TransportCosts& costs,
+                               std::chrono::system_clock::time_point measured) {
+  std::ostringstream out;
+  out.precision(17);
+  out << kMagic << "\n";
+  out << "key " << key << "\n";
+  out << "measured "
+      << std::chrono::duration_cast<std::chrono::seconds>(measured.time_since_epoch()).count()
+      << "\n";
+  out << "bytes";
+  for (const std::size_t b : kCostBytes) out << " " << b;
+  out << "\n";
+  for (const auto& [name, times] : {std::pair{"exchange_s", &costs.exchange_s},
+                                    std::pair{"native_s", &costs.native_s},
+                                    std::pair{"reduce_s", &costs.reduce_s}}) {
+    out << name;
+    for (const double t : *times) out << " " << t;
+    out << "\n";
+  }
+  return out.str();
+}
+
+std::optional<TransportCosts> parse_calibration(std::string_view text, const std::string& key,
+                                                std::chrono::system_clock::time_point now) {
+  std::istringstream in{std::string(text)};
+  std::string line;
+  if (!std::getline(in, line) || line != kMagic) return std::nullopt;
+  if (!std::getline(in, line) || line != "key " + key) return std::nullopt;
+  std::string expected_bytes = "bytes";
+  for (const std::size_t b : kCostBytes) expected_bytes += " " + std::to_string(b);
+  TransportCosts costs;
+  std::optional<long long> measured;
+  bool bytes = false;
+  unsigned figures = 0;  // a bit for each line of times read
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string name;
+    fields >> name;
+    if (name == "bytes") {
+      if (line != expected_bytes) return std::nullopt;
+      bytes = true;
+      continue;
+    }
+    if (name == "measured") {
+      long long seconds = 0;
+      if (!(fields >> seconds)) return std::nullopt;
+      measured = seconds;
+    } else {
+      TransportCosts::Times* times = name == "exchange_s" ? &costs.exchange_s
+                                     : name == "native_s" ? &costs.native_s
+                                     : name == "reduce_s" ? &costs.reduce_s
+                                                          : nullptr;
+      if (times == nullptr) return std::nullopt;
+      const unsigned bit = times == &costs.exchange_s ? 1u : times == &costs.native_s ? 2u : 4u;
+      if ((figures & bit) != 0) return std::nullopt;
+      figures |= bit;
+      for (double& t : *times) {
+        std::string word;
+        if (!(fields >> word)) return std::nullopt;
+        char* end = nullptr;
+        t = std::strtod(word.c_str(), &end);
+        if (*end != '\0' || !std::isfinite(t) || t < 0) return std::nullopt;
+      }
+    }
+    std::string rest;
+    if (fields >> rest) return std::nullopt;
+  }
+  if (!measured || !bytes || figures != 7) return std::nullopt;
+  const auto at = std::chrono::system_clock::time_point(std::chrono::seconds(*measured));
+  if (at > now || now - at > kCalibrationLifetime) return std::nullopt;
+  return costs;
+}
+
+bool needs_calibration(const ProcessLayout& layout) {
+  return layout.transport != nullptr && layout.native != nullptr && layout.processes == 2 &&
+         layout.max_subtrees == 1 && !layout.oversubscribed &&
+         layout.native->native_all_reduce_supports(DType::kF32, ReduceOp::kSum);
+}
+
+Calibration calibrate(const ProcessLayout& layout, const std::string& folder,
+                      std::chrono::milliseconds timeout) {
+  Calibration result;
+  if (!needs_calibration(layout)) return result;
+  const std::string key = calibration_key(layout);
+  std::uint64_t measure_now = 0;
+  if (layout.rank == 0) {
+    if (folder != "off") result.path = calibration_path(folder, key);
+    if (folder == "off") {
+      measure_now = 2;  // nothing kept, nothing measured
+    } else if (const auto kept = read_kept(result.path, key)) {
+      result.costs = *kept;
+    } else {
+      measure_now = 1;
+    }
+  }
+  share(layout, &measure_now, &result.costs, timeout);
+  if (measure_now == 2) return Calibration{};
+  if (measure_now == 0) return result;
+  result.costs = measure(layout, timeout);
+  result.measured = true;
+  if (layout.rank == 0) {
+    keep(result.path,
+         format_calibration(key, result.costs, std::chrono::system_clock::now()));
+  }
+  std::uint64_t done = 0;
+  share(layout, &done, &result.costs, timeout);
+  return result;
+}
+
+}  // namespace replicator::detail
