@@ -73,8 +73,8 @@
 #include "src/collectives/across/across.h"
 #include "src/collectives/frames.h"
 #include "src/collectives/plan.h"
-#include "src/runtime/calibration.h"
 #include "src/engines/local/local_engine.h"
+#include "src/runtime/calibration.h"
 #include "src/runtime/host_policy.h"
 #include "src/runtime/testing.h"
 

@@ -33,7 +33,8 @@ struct Config {
   std::string job = "replicator";
   // Where every process of the job runs on this host (same hostname, boot and namespaces),
   // messages go through shared memory (/dev/shm): gloo, all of them instead of TCP; mpi,
-  // those of up to 4 MiB (frames, small and middle collectives) instead of MPI. Off: never.
+  // those that half a ring holds (512 KiB in a small job: frames, small and middle
+  // collectives) instead of MPI. Off: never.
   bool shared_memory = true;
   // Where the job keeps what it measured of its transport at start (its calibration, good
   // for a day; src/runtime/calibration.h): a folder, empty for $XDG_CACHE_HOME/replicator

@@ -38,7 +38,8 @@ double TransportCosts::at(const Times& times, double bytes) {
 double gathered_seconds(const AllReduceShape& shape) {
   const TransportCosts& c = shape.costs;
   if (!c.exchange_known() || !c.reduce_known()) return -1;
-  const double rows = static_cast<double>(shape.max_subtrees) * static_cast<double>(shape.row_bytes);
+  const double rows =
+      static_cast<double>(shape.max_subtrees) * static_cast<double>(shape.row_bytes);
   const double others = static_cast<double>(std::max(1, shape.processes - 1));
   // P rows of each subtree reduce into one: P - 1 reductions of two inputs.
   return TransportCosts::at(c.exchange_s, rows) + others * TransportCosts::at(c.reduce_s, rows);
@@ -58,7 +59,8 @@ AllReducePlan choose_all_reduce(const AllReduceShape& shape, const TransportTrai
   const bool native = shape.native_same_bits && !shape.oversubscribed;
   if (native && gathered_seconds(shape) >= 0 && native_seconds(shape) >= 0) {
     const bool gathered =
-        all_rows <= kGatherCapBytes && gathered_seconds(shape) <= native_seconds(shape);
+        all_rows <= kGatherCapBytes &&
+        gathered_seconds(shape) <= (1 - kEstimateMargin) * native_seconds(shape);
     return {.algorithm = gathered ? AllReduceAlgorithm::kGathered : AllReduceAlgorithm::kNative};
   }
   if (all_rows <= kGatherBytes &&

@@ -45,9 +45,12 @@ std::string_view to_string(AllReduceAlgorithm algorithm);
 // lines (a transport's time is not one line: OpenMPI's jumps where its rendezvous starts,
 // and a ring streams at another speed than a copy that fits in it). Zero where not
 // measured; the chooser then keeps to its fixed limits.
-inline constexpr std::array<std::size_t, 6> kCostBytes = {
-    64, std::size_t{16} << 10, std::size_t{64} << 10, std::size_t{256} << 10, std::size_t{1} << 20,
-    std::size_t{4} << 20};
+inline constexpr std::array<std::size_t, 6> kCostBytes = {64,
+                                                          std::size_t{16} << 10,
+                                                          std::size_t{64} << 10,
+                                                          std::size_t{256} << 10,
+                                                          std::size_t{1} << 20,
+                                                          std::size_t{4} << 20};
 struct TransportCosts {
   using Times = std::array<double, kCostBytes.size()>;
   // Seconds of one exchange in which every process sends that many bytes to every other
@@ -103,6 +106,11 @@ struct AllReducePlan {
 // process holds all the others' partials at once).
 inline constexpr std::size_t kGatherBytes = std::size_t{16} << 10;
 inline constexpr std::size_t kGatherCapBytes = std::size_t{4} << 20;
+// The engine's own all-reduce is the fallback that cannot lose: gathered takes its sizes
+// only where gathered's estimate is below it by more than this fraction. Two medians of
+// one operation on this machine differ by up to 10% from run to run (compare_engines.sh's
+// large sizes, where both sides run MPI_Allreduce), so closer estimates are a toss-up.
+inline constexpr double kEstimateMargin = 0.1;
 // Where peers copy results straight out of this process's memory, a step's results from
 // this size on are written past the cache: the peer reads them from memory, and the next
 // call's writes need not first take back lines the peer's core holds.
@@ -134,11 +142,11 @@ double native_seconds(const AllReduceShape& shape);
 // spinning lane takes the core of the replica or the lane it waits for (2 processes x 2
 // replicas on 2 cores: 0.5x ours at 1 MiB), where our waits yield.
 //
-// Where the job measured its exchange, its reduction and the engine's own all-reduce, the
-// engine's own takes over from gathered only where gathered_seconds() exceeds
-// native_seconds() (or past kGatherCapBytes): over shared memory the rings need no
-// handshake, and two processes measured 2.2x MPI_Allreduce at 64-256 KiB and the same time
-// from 4 MiB, where OpenMPI's single copy wins.
+// Where the job measured its exchange, its reduction and the engine's own all-reduce,
+// gathered takes the engine's sizes where gathered_seconds() is below native_seconds() by
+// kEstimateMargin, up to kGatherCapBytes: over shared memory the rings need no handshake,
+// and two processes measured 2.2x MPI_Allreduce at 64-256 KiB; past half a ring both go
+// through OpenMPI, and their times are close.
 AllReducePlan choose_all_reduce(const AllReduceShape& shape, const TransportTraits& traits);
 
 }  // namespace replicator::detail

@@ -40,23 +40,25 @@ const char* env(const char* name) {
   return value != nullptr && *value != '\0' ? value : nullptr;
 }
 
-// Median seconds of `repeats` runs of `fn` after kWarmup untimed ones.
-template <typename Fn>
-double median_seconds(int repeats, Fn&& fn) {
-  for (int i = 0; i < kWarmup; ++i) fn();
-  std::vector<double> times;
-  for (int i = 0; i < repeats; ++i) {
-    const auto start = Clock::now();
-    fn();
-    times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  std::nth_element(times.begin(), times.begin() + repeats / 2, times.end());
-  return times[static_cast<std::size_t>(repeats / 2)];
+double median(std::vector<double>& times) {
+  const auto middle = times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2);
+  std::nth_element(times.begin(), middle, times.end());
+  return *middle;
 }
 
-// One exchange in which every process sends `bytes` to every other.
-double time_exchange(const ProcessLayout& layout, std::size_t bytes, int repeats,
-                     std::chrono::milliseconds timeout) {
+template <typename Fn>
+double seconds_of(Fn&& fn) {
+  const auto start = Clock::now();
+  fn();
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The median times at `bytes` of an exchange in which every process sends `bytes` to every
+// other, of the engine's own all-reduce, and of a reduction of two inputs: repeat by repeat
+// in turn, so that a machine whose speed drifts (this one's does, by 2x within seconds)
+// drifts under all three alike, after kWarmup untimed turns.
+void time_at(const ProcessLayout& layout, std::size_t bytes, std::chrono::milliseconds timeout,
+             double* exchange_s, double* native_s, double* reduce_s) {
   Transport& t = *layout.transport;
   const int P = layout.processes;
   std::vector<std::byte> out(bytes, std::byte{1});
@@ -68,27 +70,30 @@ double time_exchange(const ProcessLayout& layout, std::size_t bytes, int repeats
     sends.push_back({q, out.data(), bytes});
     recvs.push_back({q, in.data() + static_cast<std::size_t>(q) * bytes, bytes});
   }
-  return median_seconds(repeats, [&] { t.exchange(0, sends, recvs, Clock::now() + timeout); });
-}
-
-double time_native(const ProcessLayout& layout, std::size_t bytes, int repeats,
-                   std::chrono::milliseconds timeout) {
-  std::vector<float> data(bytes / sizeof(float), 1.0f);
-  return median_seconds(repeats, [&] {
-    layout.native->native_all_reduce(0, data.data(), data.size(), DType::kF32, ReduceOp::kSum,
-                                     Clock::now() + timeout);
-  });
-}
-
-double time_reduce(std::size_t bytes, int repeats) {
   const std::size_t count = bytes / sizeof(float);
-  std::vector<float> a(count, 1.0f), b(count, 2.0f), c(count);
+  std::vector<float> data(count, 1.0f), a(count, 1.0f), b(count, 2.0f), c(count);
   ReduceScratch scratch(2);
   const void* inputs[] = {a.data(), b.data()};
   void* outputs[] = {c.data()};
-  return median_seconds(repeats, [&] {
-    tree_reduce(ReduceOp::kSum, DType::kF32, inputs, 2, outputs, 1, count, 2, scratch);
-  });
+  std::vector<double> exchanges, natives, reductions;
+  const int repeats = repeats_at(bytes);
+  for (int i = -kWarmup; i < repeats; ++i) {
+    const double e =
+        seconds_of([&] { t.exchange(0, sends, recvs, Clock::now() + timeout); });
+    const double n = seconds_of([&] {
+      layout.native->native_all_reduce(0, data.data(), count, DType::kF32, ReduceOp::kSum,
+                                       Clock::now() + timeout);
+    });
+    const double r = seconds_of(
+        [&] { tree_reduce(ReduceOp::kSum, DType::kF32, inputs, 2, outputs, 1, count, 2, scratch); });
+    if (i < 0) continue;
+    exchanges.push_back(e);
+    natives.push_back(n);
+    reductions.push_back(r);
+  }
+  *exchange_s = median(exchanges);
+  *native_s = median(natives);
+  *reduce_s = median(reductions);
 }
 
 // Process 0's flag and figures to every process (lane 0).
@@ -113,9 +118,7 @@ void share(const ProcessLayout& layout, std::uint64_t* flag, TransportCosts* cos
 TransportCosts measure(const ProcessLayout& layout, std::chrono::milliseconds timeout) {
   TransportCosts c;
   for (std::size_t i = 0; i < kCostBytes.size(); ++i) {
-    c.exchange_s[i] = time_exchange(layout, kCostBytes[i], repeats_at(kCostBytes[i]), timeout);
-    c.native_s[i] = time_native(layout, kCostBytes[i], repeats_at(kCostBytes[i]), timeout);
-    c.reduce_s[i] = time_reduce(kCostBytes[i], repeats_at(kCostBytes[i]));
+    time_at(layout, kCostBytes[i], timeout, &c.exchange_s[i], &c.native_s[i], &c.reduce_s[i]);
   }
   return c;
 }
@@ -195,9 +198,9 @@ std::string format_calibration(const std::string& key, const TransportCosts& cos
   out << "bytes";
   for (const std::size_t b : kCostBytes) out << " " << b;
   out << "\n";
-  for (const auto& [name, times] : {std::pair{"exchange_s", &costs.exchange_s},
-                                    std::pair{"native_s", &costs.native_s},
-                                    std::pair{"reduce_s", &costs.reduce_s}}) {
+  for (const auto& [name, times] :
+       {std::pair{"exchange_s", &costs.exchange_s}, std::pair{"native_s", &costs.native_s},
+        std::pair{"reduce_s", &costs.reduce_s}}) {
     out << name;
     for (const double t : *times) out << " " << t;
     out << "\n";
@@ -284,8 +287,7 @@ Calibration calibrate(const ProcessLayout& layout, const std::string& folder,
   result.costs = measure(layout, timeout);
   result.measured = true;
   if (layout.rank == 0) {
-    keep(result.path,
-         format_calibration(key, result.costs, std::chrono::system_clock::now()));
+    keep(result.path, format_calibration(key, result.costs, std::chrono::system_clock::now()));
   }
   std::uint64_t done = 0;
   share(layout, &done, &result.costs, timeout);

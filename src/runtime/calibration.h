@@ -41,7 +41,7 @@ std::optional<TransportCosts> parse_calibration(std::string_view text, const std
                                                 std::chrono::system_clock::time_point now);
 
 struct Calibration {
-  TransportCosts costs;  // zero where nothing was measured
+  TransportCosts costs;   // zero where nothing was measured
   bool measured = false;  // measured now (else read from `path`, or not needed)
   std::string path;       // the file kept (process 0; empty: none)
 };
@@ -53,10 +53,10 @@ bool needs_calibration(const ProcessLayout& layout);
 // where needs_calibration(), process 0 reads the kept calibration; if there is none, or it
 // is stale, every process measures (lane 0, at each of kCostBytes from 64 B to 4 MiB: an
 // exchange between every pair, the engine's own all-reduce, and a reduction; about 20 ms
-// in all between two processes of one host), and process 0 keeps its figures. Process 0's figures then reach every process. A file that cannot be
-// written is skipped. Blocks for the exchanges; throws what Transport::exchange throws
-// (Timeout past `timeout` for each, PeerLost, Aborted) and what the engine's own all-reduce
-// throws.
+// in all between two processes of one host), and process 0 keeps its figures. Process 0's figures
+// then reach every process. A file that cannot be written is skipped. Blocks for the exchanges;
+// throws what Transport::exchange throws (Timeout past `timeout` for each, PeerLost, Aborted) and
+// what the engine's own all-reduce throws.
 Calibration calibrate(const ProcessLayout& layout, const std::string& folder,
                       std::chrono::milliseconds timeout);
 

@@ -71,8 +71,8 @@ TEST(CalibrationFileTest, RefusesTextThatIsNotAWholeCalibration) {
     out.replace(out.find(from), from.size(), to);
     return out;
   };
-  for (const std::string& line : {"replicator", "key", "measured", "bytes", "exchange_s",
-                                  "native_s", "reduce_s"}) {
+  for (const std::string& line :
+       {"replicator", "key", "measured", "bytes", "exchange_s", "native_s", "reduce_s"}) {
     EXPECT_FALSE(parse_calibration(without(line), "k", now).has_value()) << "without " << line;
   }
   EXPECT_FALSE(parse_calibration("", "k", now).has_value());
@@ -120,8 +120,7 @@ std::vector<Calibration> calibrate_job(const std::string& folder,
     auto transport = network->endpoint(rank, 1);
     const ProcessLayout layout = make_process_layout(*transport, 1, false);
     EXPECT_TRUE(needs_calibration(layout));
-    results[static_cast<std::size_t>(rank)] =
-        calibrate(layout, folder, std::chrono::seconds(30));
+    results[static_cast<std::size_t>(rank)] = calibrate(layout, folder, std::chrono::seconds(30));
   });
   EXPECT_EQ(harness::all_errors(errors, "process"), "");
   return results;

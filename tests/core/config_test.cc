@@ -101,12 +101,27 @@ TEST(ConfigTest, OptionsListsEveryNameSetAccepts) {
     names.push_back(name);
     EXPECT_FALSE(help.empty()) << name;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"local-replicas", "timeout", "spin", "host-processes",
-                                             "engine", "rank", "world-size", "store", "host", "job",
-                                             "shared-memory", "calibration", "generation",
+  const std::vector<std::string> expected = {"local-replicas",
+                                             "timeout",
+                                             "spin",
+                                             "host-processes",
+                                             "engine",
+                                             "rank",
+                                             "world-size",
+                                             "store",
+                                             "host",
+                                             "job",
+                                             "shared-memory",
+                                             "calibration",
+                                             "generation",
                                              "restart-count",
-                                             "heartbeat", "heartbeat-store", "flight-recorder-size",
-                                             "trace-dir", "timeline", "trace-signal"}));
+                                             "heartbeat",
+                                             "heartbeat-store",
+                                             "flight-recorder-size",
+                                             "trace-dir",
+                                             "timeline",
+                                             "trace-signal"};
+  EXPECT_EQ(names, expected);
 }
 
 TEST(ConfigTest, CalibrationIsAFolderOrOff) {

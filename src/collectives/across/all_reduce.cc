@@ -133,12 +133,12 @@ bool all_reduce_one_row_in_frame(const Peers& p, const ProcessLayout& layout, La
   if (partial_size(b.dtype, d.op) != element) return false;
   const auto P = static_cast<std::uint64_t>(layout.processes);
   const std::size_t row = b.count * element;
-  const AllReducePlan plan = plan_all_reduce(layout, {.dtype = b.dtype,
-                                                      .op = d.op,
-                                                      .row_bytes = row,
-                                                      .largest_part_bytes = (b.count + P - 1) / P *
-                                                                            element,
-                                                      .one_dtype = true});
+  const AllReducePlan plan =
+      plan_all_reduce(layout, {.dtype = b.dtype,
+                               .op = d.op,
+                               .row_bytes = row,
+                               .largest_part_bytes = (b.count + P - 1) / P * element,
+                               .one_dtype = true});
   if (plan.algorithm != AllReduceAlgorithm::kInFrame) return false;
   const std::byte* frames = exchange_frames(p, layout, lane, deadline, b.data, row);
   lane.inputs.clear();

@@ -55,15 +55,20 @@ using Clock = Transport::Clock;
 // OpenMPI's shared-memory transport sends up to 4 KiB (its header included) at once; a
 // longer message waits for a handshake (its rendezvous) first.
 constexpr std::size_t kMpiEagerBytes = 4000;
-// Messages up to this size between processes of one host go through shared memory: the
-// frames and the data of the small and middle collectives (a gathered all-reduce's rows
-// up to kGatherCapBytes). A message through a ring costs two copies and no handshake;
+// Between processes of one host, a message that half a ring holds whole goes through
+// shared memory (the frames, and the data of the small and middle collectives); a longer
+// one goes through OpenMPI. A message through a ring costs two copies and no handshake;
 // through OpenMPI, from 4 KiB on, a handshake and one copy: the handshake's round trip
 // (about 2 us here) is the time of copying tens of KiB twice. An all-reduce over two
 // processes, gathered through the rings, measured 2.1-2.8 us at 8 KiB against 5.3-7.2 us
-// for MPI_Allreduce, 2.2x its speed at 64-256 KiB, 1.2x at 1 MiB and the same at 4 MiB.
-// Which of the two runs is the chooser's, from what the job measured (calibration.h).
-constexpr std::size_t kSharedBytes = std::size_t{4} << 20;
+// for MPI_Allreduce, and 2.2x its speed at 64-256 KiB. A message longer than the room in
+// its ring streams through it, and both processes' threads must run at once to move it,
+// where OpenMPI's single copy needs only the receiver: with more threads than cores,
+// 2 MiB steps through 1 MiB rings made the 64 MiB all-reduce of 2 x 2 replicas 0.87x that
+// of 4 processes (1.9-2.2x through OpenMPI). Which of the two a gathered all-reduce runs
+// through, and whether the engine's own all-reduce beats it, is the chooser's, from what
+// the job measured (calibration.h).
+std::size_t shared_bytes(const ShmMesh& mesh) { return mesh.ring_bytes() / 2; }
 // Over shared memory a frame may be this long (a message sent at once, whatever its
 // length): an all-reduce of up to about 16 KiB rides in its frames, one round trip.
 constexpr std::size_t kSharedEagerBytes = std::size_t{16} << 10;
@@ -310,13 +315,14 @@ class MpiTransport final : public Transport, public NativeCollectives {
   void wait(int lane, Ticket ticket, Clock::time_point deadline) override;
   void abort(const std::string& why, std::optional<int> cause_replica) noexcept override;
   TransportTraits traits() const override {
-    // Steps (above kSharedBytes, so through OpenMPI): shared-memory copies are cheap to
+    // Steps (past half a ring, so through OpenMPI): shared-memory copies are cheap to
     // start, but every step is a round trip: 2 MiB steps (a 4 MiB all-reduce over two
     // processes moves each part at once) measured best from 1 to 16 MiB.
     return {.receives_ahead = false,
             .receives_shorter = true,
             .streamed_results = true,
-            .eager_bytes = shm_ ? kSharedEagerBytes : kMpiEagerBytes,
+            .eager_bytes =
+                shm_ ? std::min(kSharedEagerBytes, shared_bytes(*shm_)) : kMpiEagerBytes,
             .min_step_bytes = std::size_t{2} << 20,
             .max_step_bytes = std::size_t{2} << 20};
   }
@@ -382,7 +388,9 @@ class MpiTransport final : public Transport, public NativeCollectives {
   void free_communicators();
   // Makes the mesh of shared memory if every process is on this host and can (collective).
   void open_shared_memory();
-  bool shared(const auto& op) const { return shm_ && op.peer != rank_ && op.bytes <= kSharedBytes; }
+  bool shared(const auto& op) const {
+    return shm_ && op.peer != rank_ && op.bytes <= shared_bytes(*shm_);
+  }
   [[noreturn]] void fail_shared(const Pending& p, const ShmMesh::WaitResult& result);
 
   const std::size_t max_message_;
@@ -564,7 +572,7 @@ Transport::Ticket MpiTransport::post(int lane, std::span<const SendOp> sends,
   const Ticket ticket = ++l.posted;
   if (shm_) {
     // The small messages to other processes go through shared memory; MPI takes the others.
-    shm_->post(lane, ticket, sends, recvs, kSharedBytes);
+    shm_->post(lane, ticket, sends, recvs, shared_bytes(*shm_));
   }
   if (count == 0) return ticket;
   if (l.requests.size() - l.head + count > static_cast<std::size_t>(INT_MAX)) {

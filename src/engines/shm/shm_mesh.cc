@@ -320,8 +320,8 @@ void ShmMesh::attach(const std::vector<std::string>& names, const std::vector<in
     void* base = MAP_FAILED;
     struct stat st {};
     if (fd >= 0 && fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) == segment_bytes_) {
-      base = mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
-                  0);
+      base =
+          mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     } else if (fd >= 0) {
       errno = EINVAL;
     }
