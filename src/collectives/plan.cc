@@ -58,9 +58,8 @@ AllReducePlan choose_all_reduce(const AllReduceShape& shape, const TransportTrai
   const std::size_t row = shape.row_bytes;
   const bool native = shape.native_same_bits && !shape.oversubscribed;
   if (native && gathered_seconds(shape) >= 0 && native_seconds(shape) >= 0) {
-    const bool gathered =
-        all_rows <= kGatherCapBytes &&
-        gathered_seconds(shape) <= (1 - kEstimateMargin) * native_seconds(shape);
+    const bool gathered = all_rows <= kGatherCapBytes &&
+                          gathered_seconds(shape) <= (1 - kEstimateMargin) * native_seconds(shape);
     return {.algorithm = gathered ? AllReduceAlgorithm::kGathered : AllReduceAlgorithm::kNative};
   }
   if (all_rows <= kGatherBytes &&

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <vector>
 
+#include "src/base/launch_env.h"
 #include "src/collectives/reduce_kernel.h"
 #include "src/engines/shm/shm_mesh.h"
 
@@ -33,11 +34,6 @@ std::uint64_t fnv1a(std::string_view text) {
     h *= 0x100000001b3ULL;
   }
   return h;
-}
-
-const char* env(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr && *value != '\0' ? value : nullptr;
 }
 
 double median(std::vector<double>& times) {
@@ -78,14 +74,14 @@ void time_at(const ProcessLayout& layout, std::size_t bytes, std::chrono::millis
   std::vector<double> exchanges, natives, reductions;
   const int repeats = repeats_at(bytes);
   for (int i = -kWarmup; i < repeats; ++i) {
-    const double e =
-        seconds_of([&] { t.exchange(0, sends, recvs, Clock::now() + timeout); });
+    const double e = seconds_of([&] { t.exchange(0, sends, recvs, Clock::now() + timeout); });
     const double n = seconds_of([&] {
       layout.native->native_all_reduce(0, data.data(), count, DType::kF32, ReduceOp::kSum,
                                        Clock::now() + timeout);
     });
-    const double r = seconds_of(
-        [&] { tree_reduce(ReduceOp::kSum, DType::kF32, inputs, 2, outputs, 1, count, 2, scratch); });
+    const double r = seconds_of([&] {
+      tree_reduce(ReduceOp::kSum, DType::kF32, inputs, 2, outputs, 1, count, 2, scratch);
+    });
     if (i < 0) continue;
     exchanges.push_back(e);
     natives.push_back(n);
@@ -172,9 +168,13 @@ std::string calibration_path(const std::string& folder, const std::string& key) 
   if (folder == "off") return {};
   std::string dir = folder;
   if (dir.empty()) {
-    if (const char* cache = env("XDG_CACHE_HOME")) {
+    const auto set = [](const char* name) {
+      const char* value = env(name);
+      return value != nullptr && *value != '\0' ? value : nullptr;
+    };
+    if (const char* cache = set("XDG_CACHE_HOME")) {
       dir = std::string(cache) + "/replicator";
-    } else if (const char* home = env("HOME")) {
+    } else if (const char* home = set("HOME")) {
       dir = std::string(home) + "/.cache/replicator";
     } else {
       return {};

@@ -34,8 +34,8 @@ bool same(const TransportCosts& a, const TransportCosts& b) {
 
 // A fresh folder under the test's temporary directory.
 std::filesystem::path fresh_folder(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("replicator-calibration-" + name + "-" + std::to_string(::getpid()));
+  auto dir = std::filesystem::temp_directory_path() /
+             ("replicator-calibration-" + name + "-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   return dir;
 }
@@ -98,6 +98,9 @@ TEST(CalibrationFileTest, KeptUnderTheFolderOrTheUsersCacheOrNowhere) {
   EXPECT_NE(a, calibration_path("/tmp/x", "key b"));
   EXPECT_EQ(a, calibration_path("/tmp/x", "key a"));
 
+  // The default folder follows XDG_CACHE_HOME: set for this test only, on the test thread,
+  // while no other thread of the library is alive.
+  // NOLINTBEGIN(concurrency-mt-unsafe)
   const char* old_cache = std::getenv("XDG_CACHE_HOME");
   const std::string saved = old_cache ? old_cache : "";
   ::setenv("XDG_CACHE_HOME", "/tmp/cache-home", 1);
@@ -107,6 +110,7 @@ TEST(CalibrationFileTest, KeptUnderTheFolderOrTheUsersCacheOrNowhere) {
   } else {
     ::unsetenv("XDG_CACHE_HOME");
   }
+  // NOLINTEND(concurrency-mt-unsafe)
 }
 
 // Runs calibrate() on every process of a fake job of two processes that, like OpenMPI's

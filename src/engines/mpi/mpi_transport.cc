@@ -321,8 +321,7 @@ class MpiTransport final : public Transport, public NativeCollectives {
     return {.receives_ahead = false,
             .receives_shorter = true,
             .streamed_results = true,
-            .eager_bytes =
-                shm_ ? std::min(kSharedEagerBytes, shared_bytes(*shm_)) : kMpiEagerBytes,
+            .eager_bytes = shm_ ? std::min(kSharedEagerBytes, shared_bytes(*shm_)) : kMpiEagerBytes,
             .min_step_bytes = std::size_t{2} << 20,
             .max_step_bytes = std::size_t{2} << 20};
   }
