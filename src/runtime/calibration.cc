@@ -1,6 +1,5 @@
 #include "src/runtime/calibration.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -131,14 +131,8 @@ std::optional<TransportCosts> read_kept(const std::string& path, const std::stri
 // Written whole under another name, then renamed: a reader sees the old file or the new.
 void keep(const std::string& path, const std::string& text) {
   if (path.empty()) return;
-  const std::size_t slash = path.rfind('/');
-  if (slash != std::string::npos && slash > 0) {
-    // Each missing folder of the path, outermost first.
-    for (std::size_t at = path.find('/', 1); at != std::string::npos && at <= slash;
-         at = path.find('/', at + 1)) {
-      ::mkdir(path.substr(0, at).c_str(), 0755);
-    }
-  }
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   const std::string temporary = path + ".tmp" + std::to_string(::getpid());
   {
     std::ofstream out(temporary, std::ios::trunc);

@@ -5,6 +5,7 @@
 // other process; gathered, k·row to each of the P-1 others (k its subtrees); pipelined,
 // about (k + 1)·(P-1)/P of the slice (k = 1 when L is a power of two).
 #include <cstring>
+#include <optional>
 
 #include "src/collectives/across/all_reduce_slice.h"
 #include "src/collectives/frames.h"
@@ -119,28 +120,30 @@ AllReducePlan plan_all_reduce(const ProcessLayout& layout, const LaneShape& lane
 
 namespace {
 
-// One replica per process and one buffer whose elements are their own accumulators: the
-// buffer is this process's only row. Where the plan is in frame, the buffer rides in the
-// frame as it is and the P rows combine straight into it, in id order (the canonical
-// tree over P leaves, the bits of every other path). Returns false, doing nothing, for
-// any other call or plan.
-bool all_reduce_one_row_in_frame(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+// With one replica per process and one buffer, the slice is the whole buffer: its plan is
+// known without SliceReduce (nullopt for any other call).
+std::optional<AllReducePlan> plan_of_one_row(const Descriptor& d, const ProcessLayout& layout) {
+  if (layout.local != 1 || d.call.buffers.size() != 1) return std::nullopt;
+  const Buffer& b = d.call.buffers[0];
+  const std::size_t partial = partial_size(b.dtype, d.op);
+  const auto P = static_cast<std::uint64_t>(layout.processes);
+  return plan_all_reduce(layout, {.dtype = b.dtype,
+                                  .op = d.op,
+                                  .row_bytes = b.count * partial,
+                                  .largest_part_bytes = (b.count + P - 1) / P * partial,
+                                  .one_dtype = true});
+}
+
+// In frame, one replica per process, one buffer whose elements are their own accumulators:
+// the buffer is this process's only row, rides in the frame as it is, and the P rows
+// combine straight into it, in id order (the canonical tree over P leaves, the bits of
+// every other path).
+void all_reduce_one_row_in_frame(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
                                  Deadline deadline) {
   const Descriptor& d = p.mine();
-  if (layout.local != 1 || d.call.buffers.size() != 1) return false;
   const Buffer& b = d.call.buffers[0];
-  const std::size_t element = dtype_size(b.dtype);
-  if (partial_size(b.dtype, d.op) != element) return false;
-  const auto P = static_cast<std::uint64_t>(layout.processes);
-  const std::size_t row = b.count * element;
-  const AllReducePlan plan =
-      plan_all_reduce(layout, {.dtype = b.dtype,
-                               .op = d.op,
-                               .row_bytes = row,
-                               .largest_part_bytes = (b.count + P - 1) / P * element,
-                               .one_dtype = true});
-  if (plan.algorithm != AllReduceAlgorithm::kInFrame) return false;
-  const std::byte* frames = exchange_frames(p, layout, lane, deadline, b.data, row);
+  const std::byte* frames =
+      exchange_frames(p, layout, lane, deadline, b.data, b.count * dtype_size(b.dtype));
   lane.inputs.clear();
   for (int q = 0; q < layout.processes; ++q) {
     lane.inputs.push_back(q == layout.rank ? static_cast<const std::byte*>(b.data)
@@ -149,24 +152,30 @@ bool all_reduce_one_row_in_frame(const Peers& p, const ProcessLayout& layout, La
   void* out = b.data;
   tree_reduce(d.op, b.dtype, lane.inputs.data(), layout.processes, &out, 1, b.count,
               static_cast<std::size_t>(layout.processes), *p.scratch);
-  return true;
 }
 
 }  // namespace
 
 void all_reduce_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
                        Deadline deadline) {
-  if (all_reduce_one_row_in_frame(p, layout, lane, deadline)) return;
+  const Descriptor& d = p.mine();
+  const std::optional<AllReducePlan> one_row = plan_of_one_row(d, layout);
+  if (one_row && one_row->algorithm == AllReduceAlgorithm::kInFrame &&
+      partial_size(d.call.buffers[0].dtype, d.op) == dtype_size(d.call.buffers[0].dtype)) {
+    return all_reduce_one_row_in_frame(p, layout, lane, deadline);
+  }
   SliceReduce s(p, layout, lane);
   const auto P = static_cast<std::uint64_t>(s.P);
   bool one_dtype = true;
   for (const Buffer& b : s.buffers) one_dtype = one_dtype && b.dtype == s.d.dtype;
-  const AllReducePlan plan = plan_all_reduce(
-      layout, {.dtype = s.d.dtype,
-               .op = s.op,
-               .row_bytes = s.row,
-               .largest_part_bytes = (s.hi - s.lo + P - 1) / P * partial_size(s.d.dtype, s.op),
-               .one_dtype = one_dtype});
+  const AllReducePlan plan =
+      one_row ? *one_row
+              : plan_all_reduce(layout, {.dtype = s.d.dtype,
+                                         .op = s.op,
+                                         .row_bytes = s.row,
+                                         .largest_part_bytes = (s.hi - s.lo + P - 1) / P *
+                                                               partial_size(s.d.dtype, s.op),
+                                         .one_dtype = one_dtype});
   switch (plan.algorithm) {
     case AllReduceAlgorithm::kInFrame:
       return all_reduce_in_frame(s, deadline);

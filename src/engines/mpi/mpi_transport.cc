@@ -570,7 +570,8 @@ Transport::Ticket MpiTransport::post(int lane, std::span<const SendOp> sends,
   Lane& l = lanes_[lane];
   const Ticket ticket = ++l.posted;
   if (shm_) {
-    // The small messages to other processes go through shared memory; MPI takes the others.
+    // The messages to other processes that half a ring holds go through shared memory; MPI
+    // takes the others.
     shm_->post(lane, ticket, sends, recvs, shared_bytes(*shm_));
   }
   if (count == 0) return ticket;

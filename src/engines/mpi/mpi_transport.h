@@ -29,13 +29,14 @@ namespace replicator::detail {
 //                asked for different numbers of lanes (raised on every process);
 //   InvalidArgument `lanes` < 1 (raised on every process);
 //   Error        duplicating MPI_COMM_WORLD failed.
-// Where every process runs on one host (ShmMesh::host_identity), messages of up to 4,000
-// bytes (a collective's frames, and the data of small collectives) go through a ShmMesh
-// (src/engines/shm/shm_mesh.h) instead of MPI: one round trip there costs a fraction of a
-// microsecond, and a frame does not have to fit OpenMPI's 256-byte inline sends. A send and
-// its receive are either both that small or both not (receives are at most a frame longer
-// than their messages), so each path keeps its own order. Larger messages, the engine's own
-// collectives and abort notices stay on MPI.
+// Where every process runs on one host (ShmMesh::host_identity), messages that half a ring
+// holds (512 KiB in a small job: a collective's frames, and the data of small and middle
+// collectives) go through a ShmMesh (src/engines/shm/shm_mesh.h) instead of MPI: no
+// rendezvous handshake, and one round trip of a small message costs a fraction of a
+// microsecond. Frames may then be 16 KiB. A send and its receive are either both that small
+// or both not (only a frame's receive is longer than its message, and it is at most 16
+// KiB), so each path keeps its own order. Longer messages, the engine's own collectives and
+// abort notices stay on MPI.
 // The transport is thread-safe in the sense of Transport: one thread per lane at a time,
 // different lanes at once; abort() from any thread at any time. When a wait fails, the
 // lane's receives are cancelled, but OpenMPI cannot cancel a send: one a late peer has not
@@ -46,8 +47,8 @@ std::unique_ptr<Transport> make_mpi_transport(int lanes);
 // messages (MPI counts are ints; the default is 1 GiB). Smaller values are for tests.
 std::unique_ptr<Transport> make_mpi_transport(int lanes, std::size_t max_message_bytes);
 
-// The same, choosing whether small messages between processes of one host go through
-// shared memory (see below; make_mpi_transport(lanes) does).
+// The same, choosing whether messages between processes of one host go through shared
+// memory (see above; make_mpi_transport(lanes) does).
 std::unique_ptr<Transport> make_mpi_transport(int lanes, std::size_t max_message_bytes,
                                               bool shared_memory);
 

@@ -1,6 +1,7 @@
 // ShmMesh: the processes of one host talking through shared memory, the same-host path of
-// the gloo engine (where every process of a job runs on one host, its messages skip TCP and
-// Gloo's event loop; see gloo_transport.h).
+// both engines where every process of a job runs on one host: the gloo engine's messages
+// skip TCP and Gloo's event loop (gloo_transport.h), the mpi engine's up to half a ring
+// skip OpenMPI's handshakes (mpi_transport.h).
 //
 // Each process owns one segment in /dev/shm holding, for every lane and every other
 // process, a ring that the other process writes into and this one reads from (a byte
