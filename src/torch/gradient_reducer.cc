@@ -19,6 +19,21 @@
 #include "replicator/torch/tensor_collectives.h"
 
 namespace replicator::torch {
+namespace {
+
+// `param`'s gradient inside `flat` from element `offset`: laid out as the parameter is
+// (channels last stays channels last) where the parameter is dense, so that autograd
+// accumulates into it without a strided copy; else row-major.
+::torch::Tensor gradient_view(const ::torch::Tensor& flat, std::int64_t offset,
+                              const ::torch::Tensor& param) {
+  const ::torch::Tensor slice = flat.narrow(0, offset, param.numel());
+  if (param.is_non_overlapping_and_dense()) {
+    return slice.as_strided(param.sizes(), param.strides());
+  }
+  return slice.view(param.sizes());
+}
+
+}  // namespace
 
 struct GradientReducer::State {
   struct Slot {
@@ -194,7 +209,7 @@ GradientReducer::GradientReducer(ReplicaContext& ctx, std::vector<::torch::Tenso
       const ::torch::Tensor& param = params[groups[b][static_cast<std::size_t>(k)]];
       State::Slot slot;
       slot.param = param;
-      slot.view = bucket.flat.narrow(0, offset, param.numel()).view(param.sizes());
+      slot.view = gradient_view(bucket.flat, offset, param);
       slot.bucket = b;
       slot.index = k;
       offset += param.numel();
@@ -218,7 +233,14 @@ void GradientReducer::zero_grad() {
   }
   const ::torch::NoGradGuard no_grad;
   for (State::Bucket& bucket : state_->buckets) bucket.flat.zero_();
-  for (State::Slot& slot : state_->slots) slot.param.mutable_grad() = slot.view;
+  for (State::Slot& slot : state_->slots) {
+    if (slot.view.strides() != slot.param.strides()) {
+      const ::torch::Tensor& flat = state_->buckets[slot.bucket].flat;
+      slot.view =
+          gradient_view(flat, slot.view.storage_offset() - flat.storage_offset(), slot.param);
+    }
+    slot.param.mutable_grad() = slot.view;
+  }
 }
 
 void GradientReducer::synchronize() { state_->finish(); }

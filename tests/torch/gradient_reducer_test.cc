@@ -341,6 +341,48 @@ TEST(GradientReducerTest, SumOpAndFrozenParameters) {
   }
 }
 
+// A channels-last weight's gradient is a channels-last view into its bucket (autograd
+// accumulates into it as it is, without a strided copy), with the values plain backward
+// gives, summed over the replicas; after the weight is laid out again, zero_grad() lays
+// the gradient out the same way.
+TEST(GradientReducerTest, GradientsKeepTheParametersLayout) {
+  constexpr int kReplicas = 2;
+  const auto cl = torch::MemoryFormat::ChannelsLast;
+  torch::manual_seed(5);
+  const torch::Tensor start = torch::randn({4, 3, 3, 3}).contiguous(cl);
+  const torch::Tensor x = torch::randn({2, 3, 5, 5});
+  const torch::Tensor w0 = start.clone().requires_grad_();
+  torch::conv2d(x, w0, {}, 1, 1).square().sum().backward();
+  const torch::Tensor expected = w0.grad() * kReplicas;
+
+  Replicator repl(Config{.local_replicas = kReplicas});
+  const auto got = repl.run([&](ReplicaContext& ctx) {
+    const torch::Tensor w = start.clone().requires_grad_();  // keeps channels last
+    rt::GradientReducer reducer(ctx, {w}, {.op = ReduceOp::kSum});
+    const auto step = [&] {
+      reducer.zero_grad();
+      torch::conv2d(x, w, {}, 1, 1).square().sum().backward();
+      reducer.synchronize();
+      return std::make_tuple(w.grad().is_contiguous(cl), w.grad().clone());
+    };
+    const auto [first_cl, first] = step();
+    {
+      const torch::NoGradGuard no_grad;
+      w.set_data(w.data().contiguous());
+    }
+    const auto [second_cl, second] = step();
+    const bool second_contiguous = w.grad().is_contiguous();
+    return std::make_tuple(first_cl, first, second_cl, second_contiguous, second);
+  });
+  for (int r = 0; r < kReplicas; ++r) {
+    EXPECT_TRUE(std::get<0>(got[r]));
+    EXPECT_TRUE(torch::allclose(std::get<1>(got[r]), expected, 1e-5, 1e-5));
+    EXPECT_FALSE(std::get<2>(got[r]));
+    EXPECT_TRUE(std::get<3>(got[r]));
+    EXPECT_TRUE(torch::allclose(std::get<4>(got[r]), expected, 1e-5, 1e-5));
+  }
+}
+
 TEST(GradientReducerTest, BadOptionsAndParametersAreInvalidArgument) {
   Replicator repl(Config{.local_replicas = 1});
   repl.run([&](ReplicaContext& ctx) {

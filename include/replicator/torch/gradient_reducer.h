@@ -4,9 +4,10 @@
 //
 // Gradients are packed into buckets of about `bucket_bytes` (in reverse parameter order,
 // roughly the order backward produces them), and each parameter's .grad becomes a view
-// into its bucket, so packing costs no copy. With `overlap`, a bucket is reduced from
-// inside backward as soon as its last gradient has been accumulated; buckets are always
-// reduced in bucket order, so every replica issues the same collectives in the same order.
+// into its bucket laid out as the parameter is (a channels-last weight gets a channels-last
+// gradient, as autograd would make it), so packing costs no copy. With `overlap`, a bucket is
+// reduced from inside backward as soon as its last gradient has been accumulated; buckets are
+// always reduced in bucket order, so every replica issues the same collectives in the same order.
 // A parameter that got no gradient on this replica contributes zeros; one that got no
 // gradient on ANY replica keeps an undefined .grad (optimizers skip it), exactly as
 // single-replica training would.
@@ -49,7 +50,8 @@ class GradientReducer {
 
   // Sets every gradient to zero (in place, in the buckets), and re-attaches to parameters
   // whose data was replaced since (Module::load, set_data give a parameter a new gradient
-  // accumulator). Never blocks.
+  // accumulator) and lays gradients out again where a parameter's layout changed (e.g.
+  // to_memory_format). Never blocks.
   void zero_grad();
 
   // Reduces the buckets backward did not already reduce, in bucket order, and leaves the
