@@ -5,8 +5,8 @@
 //   mpi 2 processes x 1 replica (mpirun), gloo 2 processes x 1 replica (`replicator launch`);
 //   the peer a user would otherwise pick: PyTorch DDP over gloo, 2 processes x 1 thread
 //   (bench/ddp_train.py, bench/ddp_gan.py: the same networks with per-process batch norm,
-//   as DDP on CPU has no synchronized batch norm), same batch and memory setting. The GAN
-//   job lays its networks out channels last (--memory-format); its peer runs twice, with
+//   as DDP on CPU has no synchronized batch norm), same batch and memory setting. Our jobs
+//   lay their networks out channels last (--memory-format); the peer runs twice, with
 //   PyTorch's default layout (ddp-gloo-2x1) and channels last (ddp-gloo-2x1-cl).
 // Each configuration runs --repeats times, interleaved (repeat r of every configuration,
 // then repeat r+1), with and without the memory setting; rows give the median and range
@@ -54,7 +54,7 @@ struct BenchTrainFlags {
   int batch = 256;
   int width = 32;                               // gan
   int d_steps = 1;                              // gan
-  std::string memory_format = "channels-last";  // gan, ours
+  std::string memory_format = "channels-last";  // ours
   std::string memory = "both";
   std::vector<std::string> configs;
   std::string python = "/usr/bin/python3";
@@ -68,25 +68,19 @@ struct Configuration {
   int processes = 1;
   int replicas = 1;            // in all
   int threads = 1;             // intra-op threads per process
-  bool channels_last = false;  // ddp-gloo (gan): the peer's networks laid out channels last
+  bool channels_last = false;  // ddp-gloo: the peer's networks laid out channels last
 };
 
+// The peer runs with PyTorch's default layout, as a user would, and with its networks
+// channels last, as ours: the same layout on both sides.
 const std::vector<Configuration>& all_configurations() {
-  static const std::vector<Configuration> kAll = {
-      {"local-1x1", "local", 1, 1, 1}, {"local-1x2t", "local", 1, 1, 2},
-      {"local-2x1", "local", 1, 2, 1}, {"mpi-2x1", "mpi", 2, 2, 1},
-      {"gloo-2x1", "gloo", 2, 2, 1},   {"ddp-gloo-2x1", "ddp-gloo", 2, 2, 1}};
-  return kAll;
-}
-
-// The GAN's peer also runs with its networks channels last, as ours: the same layout on
-// both sides, beside PyTorch's default.
-const std::vector<Configuration>& gan_configurations() {
-  static const std::vector<Configuration> kAll = [] {
-    std::vector<Configuration> all = all_configurations();
-    all.push_back({"ddp-gloo-2x1-cl", "ddp-gloo", 2, 2, 1, true});
-    return all;
-  }();
+  static const std::vector<Configuration> kAll = {{"local-1x1", "local", 1, 1, 1},
+                                                  {"local-1x2t", "local", 1, 1, 2},
+                                                  {"local-2x1", "local", 1, 2, 1},
+                                                  {"mpi-2x1", "mpi", 2, 2, 1},
+                                                  {"gloo-2x1", "gloo", 2, 2, 1},
+                                                  {"ddp-gloo-2x1", "ddp-gloo", 2, 2, 1},
+                                                  {"ddp-gloo-2x1-cl", "ddp-gloo", 2, 2, 1, true}};
   return kAll;
 }
 
@@ -101,7 +95,7 @@ std::string command_for(const BenchTrainFlags& f, const Configuration& c, Memory
   const bool gan = f.job.name == "gan";
   const std::string model =
       gan ? " --width " + std::to_string(f.width) + " --d-steps " + std::to_string(f.d_steps) : "";
-  const std::string ours = gan ? " --memory-format " + f.memory_format : "";
+  const std::string ours = " --memory-format " + f.memory_format;
   const std::string job = (gan ? " train gan --sample-every 0 --standing-batches 1 --global-batch "
                                : " train classifier --no-eval --no-augment --batch ") +
                           std::to_string(f.batch) + model + ours +
@@ -133,7 +127,7 @@ int run_bench_train(const BenchTrainFlags& f) {
   if (f.memory == "both" || f.memory == "keep") memories.push_back(MemoryMode::kKeep);
   if (f.memory == "both" || f.memory == "system") memories.push_back(MemoryMode::kSystem);
   std::vector<Configuration> configs;
-  for (const Configuration& c : f.job.name == "gan" ? gan_configurations() : all_configurations()) {
+  for (const Configuration& c : all_configurations()) {
     if (f.configs.empty() ||
         std::find(f.configs.begin(), f.configs.end(), c.name) != f.configs.end()) {
       configs.push_back(c);
@@ -207,11 +201,9 @@ int run_bench_train(const BenchTrainFlags& f) {
         j["threads"] = c.threads;
         j["memory"] = mode;
         j["batch"] = f.batch;
-        if (f.job.name == "gan") {
-          const bool peer = c.engine == "ddp-gloo";
-          j["memory_format"] =
-              peer ? (c.channels_last ? "channels-last" : "contiguous") : f.memory_format;
-        }
+        const bool peer = c.engine == "ddp-gloo";
+        j["memory_format"] =
+            peer ? (c.channels_last ? "channels-last" : "contiguous") : f.memory_format;
         j["images_per_s"] = m;
         j["runs"] = v;
         std::printf("%s\n", j.dump().c_str());
@@ -239,6 +231,8 @@ int run_bench_train(const BenchTrainFlags& f) {
     ratio("gloo 2x1 / mpi 2x1 (keep)", med("gloo-2x1", k), med("mpi-2x1", k));
     ratio("gloo 2x1 / DDP gloo 2x1 (keep)", med("gloo-2x1", k), med("ddp-gloo-2x1", k));
     ratio("local 2x1 / DDP gloo 2x1 channels last (keep)", two, med("ddp-gloo-2x1-cl", k));
+    ratio("gloo 2x1 / DDP gloo 2x1 channels last (keep)", med("gloo-2x1", k),
+          med("ddp-gloo-2x1-cl", k));
     ratio("memory keep / system, local 1x1", med("local-1x1", k),
           med("local-1x1", MemoryMode::kSystem));
     ratio("memory keep / system, local 2x1", two, med("local-2x1", MemoryMode::kSystem));
@@ -271,16 +265,16 @@ Command add_bench_job(CLI::App& bench, const BenchJob& job, const std::string& h
     app->add_option("--d-steps", flags->d_steps, "D steps per G step")
         ->capture_default_str()
         ->check(CLI::Range(1, 100));
-    app->add_option("--memory-format", flags->memory_format,
-                    "Layout of our networks (channels-last or contiguous); the peer runs "
-                    "PyTorch's default (ddp-gloo-2x1) and channels last (ddp-gloo-2x1-cl)")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"channels-last", "contiguous"}));
   }
+  app->add_option("--memory-format", flags->memory_format,
+                  "Layout of our networks (channels-last or contiguous); the peer runs "
+                  "PyTorch's default (ddp-gloo-2x1) and channels last (ddp-gloo-2x1-cl)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"channels-last", "contiguous"}));
   app->add_option("--memory", flags->memory, "keep, system or both")
       ->check(CLI::IsMember({"keep", "system", "both"}));
   std::vector<std::string> names;
-  for (const Configuration& c : job.name == "gan" ? gan_configurations() : all_configurations()) {
+  for (const Configuration& c : all_configurations()) {
     names.push_back(c.name);
   }
   std::string listed;

@@ -1,5 +1,7 @@
 #include "apps/job_flags.h"
 
+#include <string>
+
 #include "apps/engine_choice.h"
 #include "apps/memory.h"
 
@@ -51,6 +53,16 @@ void add_job_flags(CLI::App* app, JobFlags& f, const JobFlagTargets& t, const Jo
 
 void add_memory_flag(CLI::App* app, std::string& memory) {
   app->add_option("--memory", memory, kMemoryFlagHelp)->check(CLI::IsMember({"keep", "system"}));
+}
+
+void add_memory_format_flag(CLI::App* app, bool& channels_last) {
+  app->add_option_function<std::string>(
+         "--memory-format",
+         [&channels_last](const std::string& format) { channels_last = format == "channels-last"; },
+         "Layout of the networks' activations and convolution weights: channels-last (faster "
+         "convolutions on CPU) or contiguous; the same networks either way, equal to rounding")
+      ->check(CLI::IsMember({"channels-last", "contiguous"}))
+      ->default_str(channels_last ? "channels-last" : "contiguous");
 }
 
 }  // namespace replicator::apps

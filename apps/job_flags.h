@@ -52,4 +52,9 @@ void add_job_flags(CLI::App* app, JobFlags& flags, const JobFlagTargets& targets
 // std::bad_alloc.
 void add_memory_flag(CLI::App* app, std::string& memory);
 
+// Adds --memory-format (channels-last or contiguous: the layout of a job's activations and
+// convolution weights) to `app`, bound to `channels_last`; its value before the call is the
+// default. Never throws but std::bad_alloc.
+void add_memory_format_flag(CLI::App* app, bool& channels_last);
+
 }  // namespace replicator::apps

@@ -57,6 +57,7 @@ int run_train(const TrainFlags& f) {
     j["processes"] = r.processes;
     j["threads"] = o.threads;
     j["memory"] = f.job.memory;
+    j["memory_format"] = o.channels_last ? "channels-last" : "contiguous";
     j["allocator"] = active_allocator();
     j["batch"] = o.batch;
     j["bucket_bytes"] = o.bucket_bytes;
@@ -107,6 +108,7 @@ Command add_train_classifier(CLI::App& train, char** argv) {
   app->add_option("--timed-after", o.timed_after, "images/s counts only the steps after these")
       ->check(CLI::NonNegativeNumber);
   app->add_option("--bucket-kib", flags->bucket_kib, "Gradient bucket size in KiB");
+  add_memory_format_flag(app, o.channels_last);
   app->add_flag("--no-overlap", flags->no_overlap,
                 "Reduce all gradient buckets after backward instead of from within it");
   app->add_flag("--no-augment", flags->no_augment, "No random flips and shifts");

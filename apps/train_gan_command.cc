@@ -22,14 +22,12 @@ struct GanFlags {
   std::string data_dir;
   std::string classifier;
   std::int64_t quality_samples = 10000;
-  std::string memory_format = "channels-last";
   char** argv = nullptr;  // main's, for the memory setting's re-execution
 };
 
 int run_gan(const GanFlags& f) {
   apply_memory_mode(parse_memory_mode(f.job.memory), f.argv);
   GanOptions o = f.options;
-  o.model.channels_last = f.memory_format == "channels-last";
   o.config = f.job.config("train gan");
   o.data_dir = f.data_dir;
   o.out = f.job.out;
@@ -128,12 +126,7 @@ Command add_train_gan(CLI::App& train, char** argv) {
   app->add_option("--width", o.model.width, "Channels of the 28x28 blocks (7x7 ones have 4x)")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  app->add_option("--memory-format", flags->memory_format,
-                  "Layout of the networks' activations and convolution weights: channels-last "
-                  "(faster convolutions on CPU) or contiguous; the same networks either way, equal "
-                  "to rounding")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"channels-last", "contiguous"}));
+  add_memory_format_flag(app, o.model.channels_last);
   app->add_option("--ema-decay", o.ema_decay, "Decay of the generator's moving average")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.999999999));

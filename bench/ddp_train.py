@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The peer of `replicator bench train`: PyTorch DDP over gloo on the same network, data,
 batch and memory setting (the caller sets glibc's malloc variables). Batch norm is per
-process (PyTorch's SyncBatchNorm has no CPU implementation). Prints one JSON line:
+process (PyTorch's SyncBatchNorm has no CPU implementation). With --channels-last the
+network's weights are laid out channels last, as the job does by default (the images have
+one channel, the same in either layout). Prints one JSON line:
 {"type": "train", "engine": "ddp-gloo", ..., "images_per_s": ...} from rank 0."""
 import argparse
 import gzip
@@ -72,7 +74,10 @@ def worker(rank, args, port, queue):
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=args.processes)
     torch.manual_seed(0)
-    model = nn.parallel.DistributedDataParallel(ResNet())
+    net = ResNet()
+    if args.channels_last:
+        net.to(memory_format=torch.channels_last)
+    model = nn.parallel.DistributedDataParallel(net)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True,
                           weight_decay=5e-4)
     x, y = load_train()
@@ -104,6 +109,8 @@ def main():
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--channels-last", action="store_true",
+                   help="lay out the network's weights channels last")
     args = p.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -114,7 +121,9 @@ def main():
     rate = queue.get()
     print(json.dumps({"type": "train", "engine": "ddp-gloo", "processes": args.processes,
                       "replicas": args.processes, "threads": args.threads,
-                      "batch": args.batch, "steps": args.steps, "images_per_s": rate}))
+                      "batch": args.batch, "steps": args.steps,
+                      "memory_format": "channels-last" if args.channels_last else "contiguous",
+                      "images_per_s": rate}))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 #include "replicator/data/sharded_loader.h"
 #include "replicator/errors.h"
 #include "replicator/torch/checkpoint.h"
+#include "replicator/torch/memory_format.h"
 
 namespace replicator::apps {
 namespace {
@@ -96,6 +97,8 @@ ResNet load_classifier(const std::filesystem::path& path) {
   } catch (const std::exception& e) {
     throw DataError("cannot load the classifier " + path.string() + ": " + e.what(), path.string());
   }
+  // A checkpoint brings the layout it was saved in; the network's own wins.
+  replicator::torch::to_memory_format(*classifier, memory_format(classifier->options()));
   classifier->eval();
   return classifier;
 }

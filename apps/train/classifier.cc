@@ -146,7 +146,8 @@ TrainResult train_classifier(const TrainOptions& o) {
     {
       const std::lock_guard<std::mutex> lock(init_mutex);
       ::torch::manual_seed(o.seed);
-      model = ResNet(ResNetOptions{});
+      model = ResNet(ResNetOptions{.channels_last = o.channels_last});
+      rt::to_memory_format(*model, memory_format(model->options()));
     }
     rt::broadcast_parameters(ctx, *model);
     auto sgd = std::make_shared<::torch::optim::SGD>(model->parameters(),
@@ -176,6 +177,8 @@ TrainResult train_classifier(const TrainOptions& o) {
     if (!o.out.empty()) folder.emplace(o.out, o.keep_checkpoints);
     const rt::TrainingPosition position =
         resume_job(ctx, o.resume, folder ? &*folder : nullptr, *model, *sgd);
+    // A checkpoint brings the layout it was saved in; the run's own wins.
+    rt::to_memory_format(*model, memory_format(model->options()));
     const std::int64_t last = o.max_steps > 0 ? std::min(total, o.max_steps) : total;
     const std::int64_t steps_to_run = std::max<std::int64_t>(0, last - position.step);
 

@@ -44,6 +44,7 @@ struct TrainOptions {
                                       // learning-rate schedule still spans all epochs
   std::int64_t timed_after = 0;       // images/s counts the steps after this many (warm-up)
   int threads = 1;                    // LibTorch intra-op threads per process
+  bool channels_last = true;          // the network's layout (ResNetOptions::channels_last)
   std::size_t bucket_bytes = std::size_t{25} << 20;
   bool overlap = true;   // reduce gradient buckets from within backward
   bool evaluate = true;  // test accuracy after each epoch

@@ -31,7 +31,7 @@ ResidualBlockImpl::ResidualBlockImpl(std::int64_t in, std::int64_t out, std::int
   return ::torch::relu(y + skip);
 }
 
-ResNetImpl::ResNetImpl(const ResNetOptions& options) {
+ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
   const std::int64_t first = options.widths.front();
   stem_ = register_module("stem", conv(1, first, 3, 1));
   stem_bn_ = register_module("stem_bn", CrossReplicaBatchNorm2d(first));
@@ -50,7 +50,7 @@ ResNetImpl::ResNetImpl(const ResNetOptions& options) {
 }
 
 ::torch::Tensor ResNetImpl::features(const ::torch::Tensor& images) {
-  ::torch::Tensor x = ::torch::relu(stem_bn_(stem_(images)));
+  ::torch::Tensor x = ::torch::relu(stem_bn_(stem_(images.contiguous(memory_format(options_)))));
   for (ResidualBlock& block : blocks_) x = block(x);
   return ::torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
 }

@@ -9,7 +9,8 @@
 #   (tensorboard_read.py, with PYTHON) reads as one run: train/loss at increasing steps and the
 #   image "curves" (skipped, saying so, without a PYTHON that has tensorboard);
 #   a checkpoint of 2 replicas resumes on 1 replica;
-#   a missing or corrupt data file and a batch not divisible by the replicas fail clearly;
+#   a missing or corrupt data file, a batch not divisible by the replicas and an unknown
+#   --memory-format fail clearly; the layout is channels last by default;
 #   the same job on 2 replicas ends with the same bits as 1 process x 2 threads, 2 mpi
 #   processes and 2 gloo processes (and 4 replicas as 1x4 and 2x2 over mpi).
 # Usage: train_job.sh BUILD_DIR HAVE_MPI HAVE_GLOO [PYTHON]   (HAVE_*: 1 or 0; PYTHON: the
@@ -115,6 +116,14 @@ expect_error "train-images-idx3-ubyte.gz" "${common[@]}" --steps 1 --data "$work
 expect_error "multiple of the number of replicas" train classifier --replicas 3 --batch 64 --steps 1
 printf 'not a checkpoint' > "$work/bad.pt"
 expect_error "bad.pt" "${common[@]}" --steps 1 --resume "$work/bad.pt"
+expect_error "memory-format" "${common[@]}" --steps 1 --memory-format nchw
+# The layout: channels last by default, contiguous on request (said in the result).
+layout() { sed -n 's/.*"memory_format":"\([a-z-]*\)".*/\1/p'; }
+[ "$("$replicator" "${common[@]}" --steps 1 | layout)" = channels-last ] ||
+  fail "the default layout is not channels-last"
+[ "$("$replicator" "${common[@]}" --steps 1 --memory-format contiguous | layout)" = contiguous ] ||
+  fail "--memory-format contiguous not taken"
+echo "memory formats: channels-last by default, contiguous on request"
 short=(train classifier --batch 64 --steps 4 --no-eval --no-progress --json)
 two=$("$replicator" "${short[@]}" --replicas 2 | digest)
 four=$("$replicator" "${short[@]}" --replicas 4 | digest)
