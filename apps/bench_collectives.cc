@@ -805,6 +805,8 @@ void print_all_reduce_plan(const Settings& s, const Config& config, detail::Tran
     calibration = detail::calibrate(*layout, config.calibration, config.timeout);
     layout->costs = calibration.costs;
   }
+  const detail::CacheFacts cache = detail::read_cache_facts();
+  if (layout) layout->cache_share_bytes = cache.last_level_share();
   if (!s.prints()) return;
   const std::size_t element = dtype_size(s.dtype);
   if (!s.json) {
@@ -815,6 +817,11 @@ void print_all_reduce_plan(const Settings& s, const Config& config, detail::Tran
     if (layout) {
       std::printf("# frames: %zu bytes of partials ride in a frame; engine's own all-reduce: %s\n",
                   detail::frame_payload(layout->traits), layout->native ? "yes" : "no");
+      std::printf(
+          "# caches (sysfs): level 2 %zu KiB; last level %zu KiB shared by %d, %zu KiB "
+          "a thread (results stream past it from an owner part that large)\n",
+          cache.level2_bytes >> 10, cache.last_level_bytes >> 10, cache.last_level_sharers,
+          cache.last_level_share() >> 10);
       const detail::TransportCosts& c = calibration.costs;
       if (c.exchange_known()) {
         std::printf("# calibration (%s%s), us at", calibration.measured ? "measured now" : "kept",

@@ -51,6 +51,13 @@ double native_seconds(const AllReduceShape& shape) {
   return TransportCosts::at(c.native_s, static_cast<double>(shape.row_bytes));
 }
 
+std::size_t stream_from(const AllReduceShape& shape, const TransportTraits& traits) {
+  constexpr std::size_t kNever = std::numeric_limits<std::size_t>::max();
+  if (!traits.streamed_results) return kNever;
+  if (shape.cache_share_bytes == 0) return kStreamBytes;
+  return shape.largest_part_bytes >= shape.cache_share_bytes ? 0 : kNever;
+}
+
 AllReducePlan choose_all_reduce(const AllReduceShape& shape, const TransportTraits& traits) {
   const std::size_t all_rows = static_cast<std::size_t>(shape.max_subtrees) * shape.row_bytes;
   if (all_rows <= frame_payload(traits)) return {.algorithm = AllReduceAlgorithm::kInFrame};
@@ -71,8 +78,7 @@ AllReducePlan choose_all_reduce(const AllReduceShape& shape, const TransportTrai
           .step_bytes =
               std::clamp(shape.largest_part_bytes, traits.min_step_bytes, traits.max_step_bytes),
           .receives_ahead = traits.receives_ahead,
-          .stream_bytes =
-              traits.streamed_results ? kStreamBytes : std::numeric_limits<std::size_t>::max()};
+          .stream_bytes = stream_from(shape, traits)};
 }
 
 }  // namespace replicator::detail

@@ -89,6 +89,9 @@ struct AllReduceShape {
   bool oversubscribed = false;
   // What the job measured (zero: not measured).
   TransportCosts costs;
+  // This hardware thread's share of the last-level cache (runtime/host_policy.h's
+  // CacheFacts; 0: unknown).
+  std::size_t cache_share_bytes = 0;
 };
 
 struct AllReducePlan {
@@ -111,10 +114,21 @@ inline constexpr std::size_t kGatherCapBytes = std::size_t{4} << 20;
 // one operation on this machine differ by up to 10% from run to run (compare_engines.sh's
 // large sizes, where both sides run MPI_Allreduce), so closer estimates are a toss-up.
 inline constexpr double kEstimateMargin = 0.1;
-// Where peers copy results straight out of this process's memory, a step's results from
-// this size on are written past the cache: the peer reads them from memory, and the next
-// call's writes need not first take back lines the peer's core holds.
+// Where peers copy results straight out of this process's memory and the cache is not
+// known, a step's results from this size on are written past the cache.
 inline constexpr std::size_t kStreamBytes = std::size_t{16} << 10;
+
+// From which step size (AllReducePlan::stream_bytes) a pipelined all-reduce writes its
+// results past the cache. The cost model: a result line written through the cache is
+// first read for ownership, then written back when it is evicted; a streaming store writes
+// it once, but the peer that copies it (OpenMPI's single copy, streamed_results) and this
+// process's next use then read it from memory instead of from the last-level cache. So
+// results stream only where they would not stay in the cache anyway: where the results
+// this process writes in one call (its owner part) fill its share of the last-level cache
+// (cache_share_bytes; the rule of glibc's memcpy for its non-temporal copies). Where that
+// share is unknown, from kStreamBytes a step; never where peers do not read this process's
+// memory.
+std::size_t stream_from(const AllReduceShape& shape, const TransportTraits& traits);
 
 // Estimated seconds of the gathered algorithm and of the engine's own for that shape, from
 // the measured costs (both start with the frames, one small exchange): gathered, one

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
+#include <filesystem>
 
 namespace replicator::detail {
 
@@ -21,5 +23,20 @@ struct HostPolicy {
 // `cores`: the host's hardware threads (0: unknown, taken as 1). Pure; never throws.
 HostPolicy host_policy(int local_replicas, int host_processes, unsigned cores,
                        std::chrono::microseconds spin);
+
+// The caches of the core this process starts on, as the kernel describes them.
+struct CacheFacts {
+  std::size_t level2_bytes = 0;      // the level-2 (unified or data) cache; 0: unknown
+  std::size_t last_level_bytes = 0;  // the last level's size; 0: unknown
+  int last_level_sharers = 0;        // hardware threads that share the last level
+  // The part of the last-level cache one hardware thread can count on when every thread
+  // sharing it is busy: its size over its sharers (0: unknown).
+  std::size_t last_level_share() const;
+};
+
+// Reads `dir` (a CPU's cache folder in sysfs: index*/level, type, size and
+// shared_cpu_list). Missing or unreadable entries leave their fields 0. Never throws.
+CacheFacts read_cache_facts(
+    const std::filesystem::path& dir = "/sys/devices/system/cpu/cpu0/cache");
 
 }  // namespace replicator::detail

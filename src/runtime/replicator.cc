@@ -58,6 +58,7 @@ Replicator::Replicator(Config config, std::unique_ptr<detail::Transport> transpo
     layout_ = std::make_unique<detail::ProcessLayout>(
         detail::make_process_layout(*transport_, L, policy.oversubscribed));
     layout_->costs = detail::calibrate(*layout_, config_.calibration, config_.timeout).costs;
+    layout_->cache_share_bytes = detail::read_cache_facts().last_level_share();
   }
   tracer_ = std::make_unique<detail::Tracer>(config_, layout_ ? layout_->rank : 0,
                                              layout_ ? layout_->processes : 1, L);

@@ -3,8 +3,12 @@
 #include "src/collectives/plan.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <limits>
+#include <string>
 
 #include "src/collectives/frames.h"
 #include "src/runtime/host_policy.h"
@@ -106,6 +110,76 @@ TEST(ChooseAllReduceTest, PipelinedStepsClampTheLargestPartToTheTransportsRange)
   EXPECT_EQ(small_gloo.stream_bytes, std::numeric_limits<std::size_t>::max());
   EXPECT_EQ(plan_for(std::size_t{64} << 20, 1, 2, kGlooLike).step_bytes, std::size_t{4} << 20);
   EXPECT_EQ(plan_for(std::size_t{40} << 10, 1, 2, kGlooLike).step_bytes, std::size_t{64} << 10);
+}
+
+// With the cache known, results stream only where one call's owner part fills this
+// thread's share of the last-level cache; never where peers do not read this process's
+// memory.
+TEST(ChooseAllReduceTest, ResultsStreamPastTheCacheOnlyWhereTheyWouldNotStayInIt) {
+  const std::size_t share = std::size_t{16} << 20;
+  const auto plan_with_cache = [&](std::size_t row, const TransportTraits& t) {
+    return choose_all_reduce({.row_bytes = row,
+                              .max_subtrees = 1,
+                              .processes = 2,
+                              .largest_part_bytes = row / 2,
+                              .cache_share_bytes = share},
+                             t);
+  };
+  const AllReducePlan fits = plan_with_cache(std::size_t{16} << 20, kMpiLike);  // parts of 8 MiB
+  EXPECT_EQ(fits.algorithm, AllReduceAlgorithm::kPipelined);
+  EXPECT_EQ(fits.stream_bytes, std::numeric_limits<std::size_t>::max());
+  EXPECT_EQ(plan_with_cache(2 * share - 8, kMpiLike).stream_bytes,
+            std::numeric_limits<std::size_t>::max());
+  EXPECT_EQ(plan_with_cache(2 * share, kMpiLike).stream_bytes, 0u);  // every step streams
+  EXPECT_EQ(plan_with_cache(std::size_t{256} << 20, kGlooLike).stream_bytes,
+            std::numeric_limits<std::size_t>::max());
+}
+
+// A fake sysfs cache folder: index<i>/{level,type,size,shared_cpu_list}.
+class CacheFactsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ =
+        std::filesystem::temp_directory_path() / ("cache_facts_test_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void add(int index, const std::string& level, const std::string& type, const std::string& size,
+           const std::string& shared) {
+    const std::filesystem::path d = dir_ / ("index" + std::to_string(index));
+    std::filesystem::create_directories(d);
+    std::ofstream(d / "level") << level << "\n";
+    std::ofstream(d / "type") << type << "\n";
+    std::ofstream(d / "size") << size << "\n";
+    std::ofstream(d / "shared_cpu_list") << shared << "\n";
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(CacheFactsTest, ReadsTheLevelTwoAndTheLastLevelWithItsSharers) {
+  add(0, "1", "Data", "48K", "0");
+  add(1, "1", "Instruction", "32K", "0");
+  add(2, "2", "Unified", "1024K", "0");
+  add(3, "3", "Unified", "32768K", "0-1,4,6-7");
+  const CacheFacts facts = read_cache_facts(dir_);
+  EXPECT_EQ(facts.level2_bytes, std::size_t{1} << 20);
+  EXPECT_EQ(facts.last_level_bytes, std::size_t{32} << 20);
+  EXPECT_EQ(facts.last_level_sharers, 5);
+  EXPECT_EQ(facts.last_level_share(), (std::size_t{32} << 20) / 5);
+}
+
+TEST_F(CacheFactsTest, WhatCannotBeReadIsUnknown) {
+  EXPECT_EQ(read_cache_facts(dir_ / "missing").last_level_share(), 0u);
+  EXPECT_EQ(read_cache_facts(dir_).last_level_share(), 0u);  // no index folders
+  add(0, "2", "Unified", "lots", "0");                       // a size it cannot parse
+  add(1, "x", "Unified", "2M", "0");                         // a level it cannot parse
+  EXPECT_EQ(read_cache_facts(dir_).last_level_bytes, 0u);
+  add(2, "3", "Unified", "8M", "");  // unknown sharers: taken as one
+  const CacheFacts facts = read_cache_facts(dir_);
+  EXPECT_EQ(facts.last_level_bytes, std::size_t{8} << 20);
+  EXPECT_EQ(facts.last_level_sharers, 0);
+  EXPECT_EQ(facts.last_level_share(), std::size_t{8} << 20);
 }
 
 // Times at kCostBytes that grow as `latency + bytes / rate`.

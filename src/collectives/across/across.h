@@ -54,7 +54,8 @@ struct ProcessLayout {
   int local = 1;                               // L
   std::vector<std::vector<Subtree>> subtrees;  // per process
   int max_subtrees = 1;
-  TransportCosts costs;  // measured at start (zero: not measured)
+  TransportCosts costs;               // measured at start (zero: not measured)
+  std::size_t cache_share_bytes = 0;  // this thread's share of the last-level cache (0: unknown)
 
   int replicas() const { return processes * local; }
 };

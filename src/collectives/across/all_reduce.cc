@@ -114,7 +114,8 @@ AllReducePlan plan_all_reduce(const ProcessLayout& layout, const LaneShape& lane
                             .largest_part_bytes = lane.largest_part_bytes,
                             .native_same_bits = native_same_bits,
                             .oversubscribed = layout.oversubscribed,
-                            .costs = layout.costs},
+                            .costs = layout.costs,
+                            .cache_share_bytes = layout.cache_share_bytes},
                            layout.traits);
 }
 
