@@ -18,6 +18,7 @@
 #include "apps/eval/gan_quality.h"
 #include "replicator/errors.h"
 #include "replicator/torch/checkpoint.h"
+#include "replicator/torch/memory_format.h"
 
 namespace {
 
@@ -226,6 +227,8 @@ TEST(Classifier, LoadsATrainJobCheckpoint) {
   const fs::path dir = temp_dir();
   torch::manual_seed(5);
   apps::ResNet model(apps::ResNetOptions{});
+  // Laid out as the train job saves it.
+  replicator::torch::to_memory_format(*model, apps::memory_format(model->options()));
   torch::optim::SGD sgd(
       model->parameters(),
       torch::optim::SGDOptions(0.2).momentum(0.9).nesterov(true).weight_decay(5e-4));
