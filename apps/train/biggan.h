@@ -30,6 +30,7 @@
 
 #include "replicator/torch/batch_norm.h"
 #include "replicator/torch/conditional_batch_norm.h"
+#include "replicator/torch/memory_format.h"
 #include "replicator/torch/spectral_norm.h"
 
 namespace replicator::apps {
@@ -47,7 +48,7 @@ struct BigGanOptions {
 
 // The layout of the networks' 4-dimensional weights and activations under `options`.
 inline c10::MemoryFormat memory_format(const BigGanOptions& options) {
-  return options.channels_last ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::Contiguous;
+  return replicator::torch::memory_format_of(options.channels_last);
 }
 
 class GeneratorBlockImpl : public ::torch::nn::Module {

@@ -50,7 +50,7 @@ ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
 }
 
 ::torch::Tensor ResNetImpl::features(const ::torch::Tensor& images) {
-  ::torch::Tensor x = ::torch::relu(stem_bn_(stem_(images.contiguous(memory_format(options_)))));
+  ::torch::Tensor x = ::torch::relu(stem_bn_(stem_(images)));
   for (ResidualBlock& block : blocks_) x = block(x);
   return ::torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
 }

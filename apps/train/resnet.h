@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "replicator/torch/batch_norm.h"
+#include "replicator/torch/memory_format.h"
 
 namespace replicator::apps {
 
@@ -25,7 +26,7 @@ struct ResNetOptions {
 
 // The layout of the network's 4-dimensional weights and activations under `options`.
 inline c10::MemoryFormat memory_format(const ResNetOptions& options) {
-  return options.channels_last ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::Contiguous;
+  return replicator::torch::memory_format_of(options.channels_last);
 }
 
 class ResidualBlockImpl : public ::torch::nn::Module {
@@ -45,8 +46,7 @@ class ResidualBlock : public ::torch::nn::ModuleHolder<ResidualBlockImpl> {
 class ResNetImpl : public ::torch::nn::Module {
  public:
   explicit ResNetImpl(const ResNetOptions& options = {});
-  // [N, 1, 28, 28] float images (either layout) → [N, classes] logits:
-  // logits(features(images)).
+  // [N, 1, 28, 28] float images → [N, classes] logits: logits(features(images)).
   ::torch::Tensor forward(const ::torch::Tensor& images);
   // [N, 1, 28, 28] float images → [N, widths.back()]: the penultimate layer, after global
   // average pooling, before the linear head (the features of apps/eval's Fréchet distance).

@@ -15,7 +15,6 @@
 #include "apps/train/resnet.h"
 #include "replicator/data/fashion_mnist.h"
 #include "replicator/torch/checkpoint.h"
-#include "replicator/torch/memory_format.h"
 
 namespace {
 
@@ -110,19 +109,6 @@ TEST(ClassifierJob, AResumedRunTakesItsOwnLayout) {
   ResNet stored = load_stored(o.out / "checkpoint-000000003.pt");
   EXPECT_TRUE(conv_weight(stored).is_contiguous(torch::MemoryFormat::ChannelsLast));
   std::filesystem::remove_all(o.out);
-}
-
-// Either layout of the input gives the same logits.
-TEST(ResNet, TakesImagesInEitherLayout) {
-  torch::manual_seed(3);
-  ResNet model(ResNetOptions{});
-  replicator::torch::to_memory_format(*model, memory_format(model->options()));
-  model->eval();
-  const torch::Tensor images = torch::randn({4, 1, 28, 28});
-  const torch::Tensor a = model(images);
-  const torch::Tensor b = model(images.contiguous(torch::MemoryFormat::ChannelsLast));
-  EXPECT_EQ(a.sizes(), (std::vector<std::int64_t>{4, 10}));
-  EXPECT_TRUE(torch::allclose(a, b, 1e-5, 1e-6));
 }
 
 }  // namespace

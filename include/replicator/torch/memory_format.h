@@ -18,4 +18,10 @@ namespace replicator::torch {
 // InvalidArgument for another format, c10::Error when memory runs out.
 void to_memory_format(::torch::nn::Module& module, c10::MemoryFormat format);
 
+// MemoryFormat::ChannelsLast when `channels_last`, else MemoryFormat::Contiguous (what a
+// job's --memory-format names). Never throws.
+inline c10::MemoryFormat memory_format_of(bool channels_last) {
+  return channels_last ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::Contiguous;
+}
+
 }  // namespace replicator::torch
