@@ -21,6 +21,9 @@ Command add_bench_rl_envs(CLI::App& bench);
 Command add_launch(CLI::App& app);
 // `replicator plot` (plot_command.cc): charts of a metrics.jsonl file.
 Command add_plot(CLI::App& app);
+// `replicator timeline` (timeline_command.cc): where each replica's time went, from a job's
+// timeline files.
+Command add_timeline(CLI::App& app);
 // `replicator train classifier` (train_command.cc); built with LibTorch only. `argv` is
 // main's (the memory setting may re-execute the process).
 Command add_train_classifier(CLI::App& train, char** argv);

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   commands.push_back(replicator::apps::add_bench_rl_envs(*bench));
   commands.push_back(replicator::apps::add_launch(app));
   commands.push_back(replicator::apps::add_plot(app));
+  commands.push_back(replicator::apps::add_timeline(app));
 #ifdef REPLICATOR_HAVE_TORCH
   CLI::App* train = app.add_subcommand("train", "Training jobs");
   train->require_subcommand(1);

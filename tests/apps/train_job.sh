@@ -12,7 +12,8 @@
 #   a missing or corrupt data file, a batch not divisible by the replicas and an unknown
 #   --memory-format fail clearly; the layout is channels last by default;
 #   the same job on 2 replicas ends with the same bits as 1 process x 2 threads, 2 mpi
-#   processes and 2 gloo processes (and 4 replicas as 1x4 and 2x2 over mpi).
+#   processes and 2 gloo processes (and 4 replicas as 1x4 and 2x2 over mpi); `replicator
+#   timeline` summarizes the gloo run's timeline files.
 # Usage: train_job.sh BUILD_DIR HAVE_MPI HAVE_GLOO [PYTHON]   (HAVE_*: 1 or 0; PYTHON: the
 # virtual environment's)
 set -euo pipefail
@@ -135,8 +136,18 @@ if [ "$have_mpi" = 1 ]; then
   echo "mpi layouts: same bits"
 fi
 if [ "$have_gloo" = 1 ]; then
-  gloo=$("$replicator" launch -n 2 -- "$replicator" "${short[@]}" --replicas 1 | digest)
+  gloo=$(REPLICATOR_TIMELINE="$work/tl.json" "$replicator" launch -n 2 -- "$replicator" \
+    "${short[@]}" --replicas 1 | digest)
   [ "$gloo" = "$two" ] || fail "2 gloo processes ended with $gloo, 1 process x 2 with $two"
   echo "gloo layout: same bits"
+  # `replicator timeline` over both processes' files: one line per replica, every collective
+  # matched; a single file of the two says it holds one process.
+  summary=$("$replicator" timeline "$work"/tl.rank*.json)
+  echo "$summary" | grep -q "^# 2 replicas in 2 processes; [1-9][0-9]* collectives made by every" ||
+    fail "timeline summary: $summary"
+  [ "$(echo "$summary" | grep -c '^replica [01] ')" = 2 ] || fail "timeline rows: $summary"
+  "$replicator" timeline "$work/tl.rank1.json" | grep -q "^# 1 replica in 1 process;" ||
+    fail "timeline of one file"
+  echo "timeline: both processes' replicas summarized"
 fi
 echo "train job: all checks passed"

@@ -118,7 +118,6 @@ class FakeTransport : public detail::Transport, public detail::NativeCollectives
     network_->cv_.notify_all();
   }
 
-  // Small steps, so the tests run the pipeline over many of them.
   // Small steps, so that the tests' sizes run pipelines of several steps.
   detail::TransportTraits traits() const override {
     return {.receives_ahead = network_->receives_ahead_,
