@@ -47,33 +47,42 @@ TimelineSummary summarize_timelines(const std::vector<std::string>& texts,
   std::map<std::pair<std::int64_t, std::int64_t>, std::map<Track, Call>> calls;
   for (std::size_t f = 0; f < texts.size(); ++f) {
     const std::string source = f < sources.size() ? sources[f] : "timeline " + std::to_string(f);
-    for (const Json& e : parse_trace(texts[f], source)) {
-      if (!e.is_object() || !e.contains("pid") || !e.contains("tid")) continue;
-      const Track track{e.value("pid", 0), e.value("tid", 0)};
-      const std::string ph = e.value("ph", "");
-      const std::string cat = e.value("cat", "");
-      if (ph == "M" && e.value("name", "") == "thread_name") {
-        replicas[track].name = e["args"].value("name", "");
-        continue;
-      }
-      if (ph != "X" || !e.contains("ts") || !e.contains("dur")) continue;
-      const double ts = e["ts"].get<double>();
-      const double dur = e["dur"].get<double>();
-      ReplicaTime& r = replicas[track];
-      if (cat == "step") {
-        r.span_us += dur;
-      } else if (cat == "collective" && e.contains("args")) {
-        const Json& args = e["args"];
-        ++r.collectives;
-        r.collective_us += dur;
-        auto [it, fresh] = bounds.try_emplace(track, ts, ts + dur);
-        if (!fresh) {
-          it->second.first = std::min(it->second.first, ts);
-          it->second.second = std::max(it->second.second, ts + dur);
+    const Json events = parse_trace(texts[f], source);
+    try {
+      for (const Json& e : events) {
+        if (!e.is_object() || !e.contains("pid") || !e.contains("tid")) continue;
+        const Track track{e.value("pid", 0), e.value("tid", 0)};
+        const std::string ph = e.value("ph", "");
+        const std::string cat = e.value("cat", "");
+        if (ph == "M" && e.value("name", "") == "thread_name") {
+          if (e.contains("args") && e["args"].is_object()) {
+            replicas[track].name = e["args"].value("name", "");
+          }
+          continue;
         }
-        calls[{args.value("step", std::int64_t{0}), args.value("seq", std::int64_t{0})}][track] = {
-            ts, ts + dur};
+        if (ph != "X" || !e.contains("ts") || !e.contains("dur")) continue;
+        const double ts = e["ts"].get<double>();
+        const double dur = e["dur"].get<double>();
+        ReplicaTime& r = replicas[track];
+        if (cat == "step") {
+          r.span_us += dur;
+        } else if (cat == "collective" && e.contains("args") && e["args"].is_object()) {
+          const Json& args = e["args"];
+          ++r.collectives;
+          r.collective_us += dur;
+          auto [it, fresh] = bounds.try_emplace(track, ts, ts + dur);
+          if (!fresh) {
+            it->second.first = std::min(it->second.first, ts);
+            it->second.second = std::max(it->second.second, ts + dur);
+          }
+          calls[{args.value("step", std::int64_t{0}), args.value("seq", std::int64_t{0})}][track] =
+              {ts, ts + dur};
+        }
       }
+    } catch (const Json::exception& error) {
+      // A field of another type than the timeline writes (a string pid, a text ts).
+      throw ConfigError(source +
+                        " holds an event that is not as a timeline writes it: " + error.what());
     }
   }
   TimelineSummary summary;

@@ -103,6 +103,22 @@ TEST(TimelineSummaryTest, WhatIsNotATimelineIsAConfigErrorNamingTheFile) {
   // A trace without any collective says so.
   EXPECT_THROW(summarize_timelines({file({step(0, 0, 0, 10)})}, {"steps.json"}), ConfigError);
   EXPECT_THROW(summarize_timelines({"[]"}, {"empty.json"}), ConfigError);
+  // An event whose fields have other types than the timeline writes.
+  try {
+    summarize_timelines(
+        {R"([{"name":"all_reduce","cat":"collective","ph":"X","pid":0,"tid":0,"ts":"soon",)"
+         R"("dur":1,"args":{"step":1,"seq":0}}])"},
+        {"typed.json"});
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("typed.json"), std::string::npos) << e.what();
+  }
+  // A thread name without its arguments is skipped, not read.
+  const TimelineSummary s = summarize_timelines(
+      {file({R"({"name":"thread_name","ph":"M","pid":0,"tid":0})", collective(0, 0, 0, 0, 1)})},
+      {"bare.json"});
+  ASSERT_EQ(s.replicas.size(), 1u);
+  EXPECT_EQ(s.replicas[0].name, "process 0 thread 0");
 }
 
 }  // namespace
