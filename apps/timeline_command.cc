@@ -42,9 +42,11 @@ int run_timeline(const TimelineFlags& f) {
                        {"span_us", r.span_us},
                        {"collectives", r.collectives},
                        {"collective_us", r.collective_us},
+                       {"matched_us", r.matched_us},
                        {"waiting_us", r.waiting_us},
                        {"last_to_arrive", r.last},
-                       {"matched", s.matched}};
+                       {"matched", s.matched},
+                       {"unmatched", s.unmatched}};
       std::printf("%s\n", j.dump().c_str());
     }
     return 0;
@@ -56,23 +58,25 @@ int run_timeline(const TimelineFlags& f) {
       "(matched by step and sequence number)%s\n",
       s.replicas.size(), s.replicas.size() == 1 ? "" : "s", processes.size(),
       processes.size() == 1 ? "" : "es", static_cast<long long>(s.matched),
-      s.unmatched > 0 ? (", " + std::to_string(s.unmatched) + " not in every file").c_str() : "");
+      s.unmatched > 0 ? (", " + std::to_string(s.unmatched) + " not made by every replica").c_str()
+                      : "");
   std::printf("%-22s %10s %11s %14s %9s %9s %12s %14s\n", "replica", "span_s", "collectives",
               "in_collectives", "waiting", "rest", "rest/call_us", "last_to_arrive");
   for (const ReplicaTime& r : s.replicas) {
-    const double rest = r.collective_us - r.waiting_us;
+    const double rest = r.matched_us - r.waiting_us;
     std::printf("%-22s %10.3f %11lld %13.1f%% %8.1f%% %8.1f%% %12.2f %13.0f%%\n", r.name.c_str(),
                 r.span_us * 1e-6, static_cast<long long>(r.collectives),
                 percent(r.collective_us, r.span_us), percent(r.waiting_us, r.span_us),
                 percent(rest, r.span_us),
-                r.collectives > 0 ? rest / static_cast<double>(r.collectives) : 0.0,
+                s.matched > 0 ? rest / static_cast<double>(s.matched) : 0.0,
                 percent(static_cast<double>(r.last), static_cast<double>(s.matched)));
   }
   std::printf(
       "# in_collectives: share of the replica's time inside collectives; waiting: of that, "
       "from its arrival to the last replica's (what uneven work between collectives costs); "
       "rest: the collectives themselves once every replica is there; last_to_arrive: share "
-      "of the collectives at which it came last\n");
+      "of the collectives at which it alone came last (waiting, rest and last_to_arrive count "
+      "the collectives every replica made)\n");
   return 0;
 }
 

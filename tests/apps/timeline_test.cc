@@ -13,11 +13,12 @@ namespace replicator::apps {
 namespace {
 
 // One collective event as the timeline writes it.
-std::string collective(int pid, int tid, std::int64_t seq, double ts, double dur) {
+std::string collective(int pid, int tid, std::int64_t seq, double ts, double dur,
+                       std::int64_t step = 1) {
   return R"({"name":"all_reduce","cat":"collective","ph":"X","pid":)" + std::to_string(pid) +
          R"(,"tid":)" + std::to_string(tid) + R"(,"ts":)" + std::to_string(ts) + R"(,"dur":)" +
-         std::to_string(dur) + R"(,"args":{"step":1,"seq":)" + std::to_string(seq) +
-         R"(,"dtype":"f32","count":4,"bytes":16}})";
+         std::to_string(dur) + R"(,"args":{"step":)" + std::to_string(step) + R"(,"seq":)" +
+         std::to_string(seq) + R"(,"dtype":"f32","count":4,"bytes":16}})";
 }
 
 std::string thread_name(int pid, int tid, const std::string& name) {
@@ -90,6 +91,31 @@ TEST(TimelineSummaryTest, FilesOfSeveralProcessesAndACutOffOne) {
   EXPECT_DOUBLE_EQ(s.replicas[0].span_us, 250);
   EXPECT_DOUBLE_EQ(s.replicas[1].span_us, 75);
   EXPECT_EQ(s.replicas[1].last, 2);
+}
+
+// Calls are matched by step and sequence number (each run() numbers its collectives from
+// 0); an arrival at the same microsecond as another's credits no one with being last; a
+// file cut off in the middle of a line loses that line; a thread with steps and no
+// collective is not a replica.
+TEST(TimelineSummaryTest, StepsTiesHalfLinesAndThreadsWithoutCollectives) {
+  const std::string rank0 = file({collective(0, 0, 0, 0, 10, 1), collective(0, 0, 0, 100, 10, 2),
+                                  collective(0, 0, 1, 200, 10, 2), step(0, 5, 0, 300)});
+  std::string rank1 = file({collective(1, 0, 0, 5, 5, 1), collective(1, 0, 0, 100, 10, 2),
+                            collective(1, 0, 1, 190, 20, 2)},
+                           /*closed=*/false);
+  rank1 += R"({"name":"all_reduce","cat":"collective","ph":"X","pid":1,"ti)";  // half a line
+  const TimelineSummary s = summarize_timelines({rank0, rank1}, {"r0.json", "r1.json"});
+  EXPECT_EQ(s.matched, 3);
+  EXPECT_EQ(s.unmatched, 0);
+  ASSERT_EQ(s.replicas.size(), 2u);                        // not process 0's thread 5
+  EXPECT_DOUBLE_EQ(s.replicas[1].waiting_us, 0 + 0 + 10);  // (step 1, 0): 0 of 5 us
+  EXPECT_DOUBLE_EQ(s.replicas[0].waiting_us, 5);
+  EXPECT_EQ(s.replicas[0].last, 1);  // (step 2, 1)
+  EXPECT_EQ(s.replicas[1].last, 1);  // (step 1, 0); (step 2, 0) is a tie
+  EXPECT_DOUBLE_EQ(s.replicas[0].matched_us, 30);
+  // The same file twice, or a leftover file of another run beside them, is refused.
+  EXPECT_THROW(summarize_timelines({rank0, rank0}, {"a.json", "a.json"}), ConfigError);
+  EXPECT_THROW(summarize_timelines({rank0, rank0}, {"a.json", "b.json"}), ConfigError);
 }
 
 TEST(TimelineSummaryTest, WhatIsNotATimelineIsAConfigErrorNamingTheFile) {

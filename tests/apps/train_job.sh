@@ -143,7 +143,8 @@ if [ "$have_gloo" = 1 ]; then
   # `replicator timeline` over both processes' files: one line per replica, every collective
   # matched; a single file of the two says it holds one process.
   summary=$("$replicator" timeline "$work"/tl.rank*.json)
-  echo "$summary" | grep -q "^# 2 replicas in 2 processes; [1-9][0-9]* collectives made by every" ||
+  expected="^# 2 replicas in 2 processes; [1-9][0-9]* collectives made by every replica"
+  echo "$summary" | grep -q "$expected (matched by step and sequence number)\$" ||
     fail "timeline summary: $summary"
   [ "$(echo "$summary" | grep -c '^replica [01] ')" = 2 ] || fail "timeline rows: $summary"
   "$replicator" timeline "$work/tl.rank1.json" | grep -q "^# 1 replica in 1 process;" ||
