@@ -204,8 +204,12 @@ TEST(CrossReplicaBatchNormSplitTest, UnevenSplitMatchesOneReplica) {
 }
 
 // Channels-last rows with contiguous output gradients (backward takes them to the input's
-// layout), and shapes whose two layouts are the same memory (one channel, one pixel).
+// layout), shapes whose two layouts are the same memory (one channel, one pixel), and more
+// channels than a register block with more rows than a cache chunk (37 channels: two blocks
+// of 16 and 5 left over; 120 rows a replica: two chunks of at most 110).
 TEST(CrossReplicaBatchNormSplitTest, ChannelsLastWithContiguousGradientsAndAmbiguousShapes) {
+  expect_replicas_match_one<rt::CrossReplicaBatchNorm2d>(even_bounds(2, 8), {8, 37, 6, 5}, true,
+                                                         /*channels_last=*/true);
   expect_replicas_match_one<rt::CrossReplicaBatchNorm2d>(even_bounds(2, 8), {8, 5, 4, 3}, true,
                                                          /*channels_last=*/true,
                                                          /*contiguous_grads=*/true);
