@@ -1,11 +1,12 @@
 #include "apps/blas.h"
 
 #include <dlfcn.h>
-#include <unistd.h>
 
 #include <array>
 #include <cctype>
 #include <cstdlib>
+
+#include "apps/exec_self.h"
 
 namespace replicator::apps {
 namespace {
@@ -57,7 +58,7 @@ void choose_blas_kernels(char** argv) {
   if (threads_set && better.empty()) return;
   if (!threads_set) ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
   if (!better.empty()) ::setenv("OPENBLAS_CORETYPE", better.c_str(), 1);
-  ::execv("/proc/self/exe", argv);
+  exec_self(argv);
   // Still here: the exec failed. Leave the environment as it was, so that the processes this
   // one starts run the BLAS as it does.
   if (!threads_set) ::unsetenv("OPENBLAS_NUM_THREADS");

@@ -2,12 +2,12 @@
 
 #include <dlfcn.h>
 #include <malloc.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "apps/exec_self.h"
 #include "replicator/errors.h"
 
 namespace replicator::apps {
@@ -50,7 +50,7 @@ void apply_memory_mode(MemoryMode mode, char** argv) {
         std::string(kJemalloc) + (preload != nullptr ? std::string(" ") + preload : "");
     ::setenv("LD_PRELOAD", with.c_str(), 1);
     if (std::getenv("MALLOC_CONF") == nullptr) ::setenv("MALLOC_CONF", kJemallocConf, 1);
-    ::execv("/proc/self/exe", argv);
+    exec_self(argv);
     ::unsetenv(kMarker);  // exec failed: carry on below
   }
   std::fprintf(stderr,

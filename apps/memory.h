@@ -6,9 +6,10 @@
 //
 // `kKeep` (the default of the train job) runs the process on jemalloc (Debian's
 // libjemalloc2) with page purging off (dirty_decay_ms:-1, muzzy_decay_ms:-1): freed memory
-// stays mapped and is reused, with a cache per thread. jemalloc must replace malloc before
-// anything allocates, so the process re-executes itself once with jemalloc preloaded;
-// where jemalloc cannot be loaded it falls back to glibc settings with the same aim
+// stays mapped and is reused, with a cache per thread. A MALLOC_CONF already in the
+// environment is kept as it is (e.g. with thp:always for transparent huge pages). jemalloc must
+// replace malloc before anything allocates, so the process re-executes itself once with jemalloc
+// preloaded; where jemalloc cannot be loaded it falls back to glibc settings with the same aim
 // (mmap threshold at its 32 MiB maximum, no trimming, one arena), which scale worse over
 // threads. `kSystem` leaves glibc's defaults.
 #pragma once

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The BLAS settings `replicator` makes for itself and the processes it starts
 # (apps/blas.h), seen from a child of `replicator launch`: a user's OPENBLAS_CORETYPE and
-# OPENBLAS_NUM_THREADS stand; unset, OPENBLAS_NUM_THREADS becomes 1.
+# OPENBLAS_NUM_THREADS stand; unset, OPENBLAS_NUM_THREADS becomes 1; re-executed for them,
+# the launcher keeps its name.
 #
 #   blas_choice.sh BUILD_DIR
 # Exit 0 on success, 1 on failure, 77 when libblas.so.3 is not OpenBLAS (nothing to choose).
@@ -35,3 +36,9 @@ grep -q '^OPENBLAS_NUM_THREADS=1$' <<<"$chosen" || fail "threads not set beside 
 threads=$(child_env OPENBLAS_NUM_THREADS=3)
 grep -q '^OPENBLAS_NUM_THREADS=3$' <<<"$threads" || fail "the user's thread count was replaced: $threads"
 echo "the user's OPENBLAS_CORETYPE and OPENBLAS_NUM_THREADS stand"
+
+# Re-executed with its settings, `replicator` keeps its name in ps and top (not "exe").
+name=$(env -u OPENBLAS_NUM_THREADS timeout 60 "$build/replicator" launch -n 1 -- \
+  sh -c 'cat /proc/$PPID/comm' | sed 's/^\[rank 0\] //')
+[[ $name == replicator ]] || fail "after re-executing itself the launcher is named '$name'"
+echo "re-executed, the launcher is still named $name"
