@@ -23,6 +23,24 @@ HostPolicy host_policy(int local_replicas, int host_processes, unsigned cores,
   return policy;
 }
 
+bool cores_elsewhere(int cpu, std::span<const int> lower, const cpu_set_t& allowed,
+                     cpu_set_t* elsewhere) {
+  cpu_set_t taken;
+  CPU_ZERO(&taken);
+  bool shared = false;
+  for (const int other : lower) {
+    if (other < 0 || other >= CPU_SETSIZE) continue;
+    CPU_SET(other, &taken);
+    shared = shared || other == cpu;
+  }
+  if (!shared) return false;
+  CPU_ZERO(elsewhere);
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed) && !CPU_ISSET(c, &taken)) CPU_SET(c, elsewhere);
+  }
+  return CPU_COUNT(elsewhere) > 0;
+}
+
 namespace {
 
 std::string first_line(const std::filesystem::path& file) {

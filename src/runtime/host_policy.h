@@ -2,9 +2,12 @@
 // host: spinning pays only while every replica thread on the host has a core of its own.
 #pragma once
 
+#include <sched.h>
+
 #include <chrono>
 #include <cstddef>
 #include <filesystem>
+#include <span>
 
 namespace replicator::detail {
 
@@ -23,6 +26,14 @@ struct HostPolicy {
 // `cores`: the host's hardware threads (0: unknown, taken as 1). Pure; never throws.
 HostPolicy host_policy(int local_replicas, int host_processes, unsigned cores,
                        std::chrono::microseconds spin);
+
+// Where a replica thread that starts a step on core `cpu` should move: the cores in
+// `allowed` that none of `lower` (the cores lower-numbered replicas of its process started
+// on; negative: unknown) holds, into `*elsewhere`. False, leaving `*elsewhere` unspecified,
+// when `cpu` is not among `lower` (nothing to do) or every allowed core is taken. Pure;
+// never throws.
+bool cores_elsewhere(int cpu, std::span<const int> lower, const cpu_set_t& allowed,
+                     cpu_set_t* elsewhere);
 
 // The caches of the core this process starts on, as the kernel describes them.
 struct CacheFacts {

@@ -1,22 +1,28 @@
 #include "src/runtime/worker_pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 
+#include <algorithm>
+#include <array>
 #include <string>
 
 #include "replicator/errors.h"
 #include "src/comm/futex.h"
+#include "src/runtime/host_policy.h"
 #include "src/runtime/signal_dump.h"
 
 namespace replicator::detail {
 
 WorkerPool::WorkerPool(Communicator& comm, FlightRecorders& recorders, int first_replica,
-                       int num_replicas, int num_local, std::chrono::microseconds spin)
+                       int num_replicas, int num_local, std::chrono::microseconds spin, bool spread)
     : comm_(comm),
       recorders_(recorders),
       first_replica_(first_replica),
       num_replicas_(num_replicas),
-      spin_(spin) {
+      spin_(spin),
+      spread_(spread && num_local > 1),
+      cores_(static_cast<std::size_t>(num_local)) {
   threads_.reserve(static_cast<std::size_t>(num_local));
   for (int local = 0; local < num_local; ++local) {
     threads_.emplace_back([this, local] { loop(local); });
@@ -65,6 +71,7 @@ void WorkerPool::loop(int local) {
     }
     seen = now;
     if (stop_) return;
+    if (spread_) spread_off_shared_core(local);
 
     ReplicaContext ctx(&comm_, id, num_replicas_, local, static_cast<int>(threads_.size()));
     const ReplicaContext::CurrentScope current(ctx);
@@ -97,6 +104,29 @@ void WorkerPool::loop(int local) {
     recorder.end_step(std::chrono::steady_clock::now(), failed);
     if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) futex_wake_all(&remaining_);
   }
+}
+
+void WorkerPool::spread_off_shared_core(int local) {
+  const int cpu = sched_getcpu();
+  if (cpu < 0) return;
+  cores_[static_cast<std::size_t>(local)].cpu.store(cpu, std::memory_order_seq_cst);
+  std::array<int, kMaxSpread> lower{};
+  const int n = std::min(local, kMaxSpread);
+  for (int i = 0; i < n; ++i) {
+    lower[static_cast<std::size_t>(i)] =
+        cores_[static_cast<std::size_t>(i)].cpu.load(std::memory_order_seq_cst);
+  }
+  if (std::find(lower.begin(), lower.begin() + n, cpu) == lower.begin() + n) return;
+  cpu_set_t allowed;
+  cpu_set_t elsewhere;
+  if (pthread_getaffinity_np(pthread_self(), sizeof(allowed), &allowed) != 0) return;
+  if (!cores_elsewhere(cpu, std::span<const int>(lower.data(), static_cast<std::size_t>(n)),
+                       allowed, &elsewhere)) {
+    return;
+  }
+  if (pthread_setaffinity_np(pthread_self(), sizeof(elsewhere), &elsewhere) != 0) return;
+  pthread_setaffinity_np(pthread_self(), sizeof(allowed), &allowed);
+  cores_[static_cast<std::size_t>(local)].cpu.store(sched_getcpu(), std::memory_order_seq_cst);
 }
 
 void WorkerPool::record_failure(int /*local*/, std::exception_ptr error) {

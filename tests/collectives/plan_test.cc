@@ -9,6 +9,7 @@
 #include <fstream>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "src/collectives/frames.h"
 #include "src/runtime/host_policy.h"
@@ -271,6 +272,39 @@ TEST(HostPolicyTest, SpinsOnlyWhileEveryReplicaThreadHasACore) {
   EXPECT_EQ(crowded.step_spin, microseconds(0));
 
   EXPECT_TRUE(host_policy(2, 1, 0, spin).oversubscribed);  // unknown core count: one core
+}
+
+cpu_set_t cores(std::initializer_list<int> list) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (const int c : list) CPU_SET(c, &set);
+  return set;
+}
+
+TEST(HostPolicyTest, AReplicaOnALowerReplicasCoreMovesToTheAllowedCoresNoneHolds) {
+  cpu_set_t out;
+  const std::vector<int> on_0 = {0};
+  ASSERT_TRUE(cores_elsewhere(0, on_0, cores({0, 1}), &out));
+  const cpu_set_t just_1 = cores({1});
+  EXPECT_TRUE(CPU_EQUAL(&out, &just_1));
+
+  // Every core a lower replica holds is left out, and only allowed cores are offered.
+  const std::vector<int> on_3_and_1 = {3, 1};
+  ASSERT_TRUE(cores_elsewhere(3, on_3_and_1, cores({0, 1, 2, 3, 5}), &out));
+  const cpu_set_t rest = cores({0, 2, 5});
+  EXPECT_TRUE(CPU_EQUAL(&out, &rest));
+
+  // Alone on its core: stays.
+  const std::vector<int> on_1 = {1};
+  EXPECT_FALSE(cores_elsewhere(0, on_1, cores({0, 1}), &out));
+  EXPECT_FALSE(cores_elsewhere(0, {}, cores({0, 1}), &out));  // replica 0 never moves
+  // Unknown cores (-1) and cores out of range hold nothing.
+  const std::vector<int> unknown = {-1, CPU_SETSIZE + 7};
+  EXPECT_FALSE(cores_elsewhere(0, unknown, cores({0, 1}), &out));
+  // Every allowed core taken (more replicas than cores, or an affinity of one core): stays.
+  const std::vector<int> both = {0, 1};
+  EXPECT_FALSE(cores_elsewhere(1, both, cores({0, 1}), &out));
+  EXPECT_FALSE(cores_elsewhere(0, on_0, cores({0}), &out));
 }
 
 }  // namespace
