@@ -12,6 +12,7 @@
 //
 // Method. Each replica allocates ONE arena (two regions of --max-bytes) on its own thread
 // and faults every page in, before anything is timed; every size and collective reuses it.
+// Then untimed barriers run until their time per call stops falling (see settle()).
 // One measurement is one Replicator::run: every replica issues `warmup` calls, a barrier,
 // then times `iters` calls with steady_clock; the per-call time is the max over ALL replicas
 // (of all processes: an all_reduce kMax inside the step) of elapsed / iters. A row reports
