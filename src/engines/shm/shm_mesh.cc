@@ -72,6 +72,16 @@ constexpr int kYields = 4;
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 std::size_t framed(std::size_t bytes) { return kHeaderBytes + round_up(bytes, 8); }
 
+// A reader polls `written`, and only once it moved reads the message: two misses in a row,
+// each a line the writer's core holds. Where the last message from a peer was short (framed,
+// at most two lines), the next likely is too (a small collective's frames), and each poll
+// also prefetches the line the next message starts in, so that line arrives beside
+// `written` (4 B all-reduces between two processes, three interleaved runs: 0.48-0.50 ->
+// 0.43-0.46 µs; 64 B: 0.54-0.59 -> 0.48-0.52). Longer messages are not prefetched: a poll
+// would take their first line back from the writer while it still writes there (1-4 KiB
+// all-reduces 7-10 % slower).
+constexpr std::size_t kPrefetchBelow = 2 * kLine;
+
 std::string system_error_text(int error) {
   return std::error_code(error, std::generic_category()).message();
 }
@@ -158,6 +168,9 @@ struct ShmMesh::Lane {
   // other core has just read comes back with a miss.
   std::vector<std::uint64_t> written, read_seen, read;
   std::vector<std::uint8_t> wants_room;
+  // Per peer, of the ring this process reads: whether its last message was short (see
+  // kPrefetchBelow).
+  std::vector<std::uint8_t> short_last;
   int pending = 0;  // ops not done
 };
 
@@ -237,6 +250,7 @@ ShmMesh::ShmMesh(int rank, int size, int lanes)
     lane.read_seen.assign(static_cast<std::size_t>(size), 0);
     lane.read.assign(static_cast<std::size_t>(size), 0);
     lane.wants_room.assign(static_cast<std::size_t>(size), 0);
+    lane.short_last.assign(static_cast<std::size_t>(size), 1);
   }
 }
 
@@ -485,8 +499,9 @@ bool ShmMesh::recv_some(int lane, int peer, WaitResult* error) noexcept {
   auto read = at<std::uint64_t>(ring, kRead);
   const std::uint64_t start = l.read[p];
   std::uint64_t r = start;
-  const std::uint64_t w = at<std::uint64_t>(ring, kWritten).load(std::memory_order_acquire);
   const std::size_t mask = ring_bytes_ - 1;
+  if (l.short_last[p] != 0) __builtin_prefetch(data + (r & mask));
+  const std::uint64_t w = at<std::uint64_t>(ring, kWritten).load(std::memory_order_acquire);
   while (l.recv_head[p] < l.recvs[p].size()) {
     Op& op = l.ops[l.recvs[p][l.recv_head[p]]];
     std::size_t available = static_cast<std::size_t>(w - r);
@@ -520,6 +535,7 @@ bool ShmMesh::recv_some(int lane, int peer, WaitResult* error) noexcept {
     op.done = true;
     --l.pending;
     ++l.recv_head[p];
+    l.short_last[p] = total <= kPrefetchBelow ? 1 : 0;
   }
   if (r == start) return false;
   l.read[p] = r;
