@@ -22,8 +22,9 @@
 // Native rows ("mpi-native", "gloo-native"; all_reduce with --dtype f32 --op sum only; off
 // with --no-native): right after each all_reduce row, the engine's own in-place all-reduce
 // of the same buffer (replica 0's arena), run by the main thread of each process outside any
-// Replicator::run, with the same warmup, iters and repeats, each repeat right after the
-// same repeat of ours (so that a drift of the machine's speed affects both alike): `warmup`
+// Replicator::run, with the same warmup, iters and repeats, each repeat right beside the
+// same repeat of ours, after it in even repeats and before it in odd ones (so that a drift
+// of the machine's speed, or an effect of going first, affects both alike): `warmup`
 // calls, a one-element native all-reduce as barrier, `iters` timed calls; each repeat's per-call
 // time is the max over processes (combined afterwards by one all_reduce kMax step), and the row is
 // their median. Its replicas are the P processes (busbw with n = P). The table adds the ratio
@@ -574,8 +575,12 @@ class CollectiveBench {
     std::vector<double> times;
     std::vector<double> native_times;
     for (int rep = 0; rep < s_.repeats; ++rep) {
+      // Odd repeats run the native one first, so that what the first of a pair meets (or
+      // leaves to the second) falls on both alike.
+      const bool native_first = with_native && rep % 2 == 1;
+      if (native_first) native_times.push_back(native_run(count, row.iters));
       times.push_back(timed_run(kind, count, s_.warmup, row.iters));
-      if (with_native) native_times.push_back(native_run(count, row.iters));
+      if (with_native && !native_first) native_times.push_back(native_run(count, row.iters));
       const double left = times.back() * (s_.warmup + row.iters) * (s_.repeats - rep - 1);
       if (rep == 0 && left > 2.0 && s_.prints()) {
         std::fprintf(stderr, "[bench] %s %s: %d iterations x %d repeats, about %.0f s more\n",
