@@ -104,6 +104,13 @@ class Transport {
 
   // What the transport is like; the collectives' chooser plans from it. Never blocks.
   virtual TransportTraits traits() const = 0;
+
+  // Where the processes of the job share this host's memory (the shared-memory path): the
+  // core the thread of `lane` of `process` started its last step on, as it published it
+  // with publish_core() (-1: unknown, or no such path). Never block or throw.
+  virtual bool shares_cores() const noexcept { return false; }
+  virtual void publish_core(int /*lane*/, int /*cpu*/) noexcept {}
+  virtual int core_of(int /*process*/, int /*lane*/) const noexcept { return -1; }
 };
 
 }  // namespace replicator::detail

@@ -65,9 +65,9 @@ Replicator::Replicator(Config config, std::unique_ptr<detail::Transport> transpo
   comm_ = std::make_unique<detail::Communicator>(L, config_.timeout, policy.collective_spin,
                                                  detail::MachineFacts{policy.oversubscribed},
                                                  tracer_->recorders(), layout_.get());
-  pool_ = std::make_unique<detail::WorkerPool>(*comm_, tracer_->recorders(),
-                                               layout_ ? layout_->rank * L : 0, num_replicas(), L,
-                                               policy.step_spin, !policy.oversubscribed);
+  pool_ = std::make_unique<detail::WorkerPool>(
+      *comm_, tracer_->recorders(), layout_ ? layout_->rank * L : 0, num_replicas(), L,
+      policy.step_spin, !policy.oversubscribed, transport_.get());
   reduce_scratch_ = std::make_unique<detail::ReduceScratch>(L);
 }
 

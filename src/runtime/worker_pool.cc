@@ -15,13 +15,16 @@
 namespace replicator::detail {
 
 WorkerPool::WorkerPool(Communicator& comm, FlightRecorders& recorders, int first_replica,
-                       int num_replicas, int num_local, std::chrono::microseconds spin, bool spread)
+                       int num_replicas, int num_local, std::chrono::microseconds spin, bool spread,
+                       Transport* transport)
     : comm_(comm),
       recorders_(recorders),
       first_replica_(first_replica),
       num_replicas_(num_replicas),
       spin_(spin),
-      spread_(spread && num_local > 1),
+      spread_(spread && (num_local > 1 || (transport != nullptr && transport->shares_cores() &&
+                                           transport->size() > 1))),
+      transport_(transport != nullptr && transport->shares_cores() ? transport : nullptr),
       cores_(static_cast<std::size_t>(num_local)) {
   threads_.reserve(static_cast<std::size_t>(num_local));
   for (int local = 0; local < num_local; ++local) {
@@ -110,13 +113,25 @@ void WorkerPool::spread_off_shared_core(int local) {
   const int cpu = sched_getcpu();
   if (cpu < 0) return;
   cores_[static_cast<std::size_t>(local)].cpu.store(cpu, std::memory_order_seq_cst);
+  const bool across = transport_ != nullptr && local < transport_->num_lanes();
+  if (across) transport_->publish_core(local, cpu);
+  // The cores of the lower-numbered replicas of the host: every lane of the processes of
+  // lower rank, then this process's lower locals.
   std::array<int, kMaxSpread> lower{};
-  const int n = std::min(local, kMaxSpread);
-  for (int i = 0; i < n; ++i) {
-    lower[static_cast<std::size_t>(i)] =
+  int n = 0;
+  if (across) {
+    for (int q = 0; q < transport_->rank(); ++q) {
+      for (int lane = 0; lane < transport_->num_lanes() && n < kMaxSpread; ++lane) {
+        lower[static_cast<std::size_t>(n++)] = transport_->core_of(q, lane);
+      }
+    }
+  }
+  for (int i = 0; i < local && n < kMaxSpread; ++i) {
+    lower[static_cast<std::size_t>(n++)] =
         cores_[static_cast<std::size_t>(i)].cpu.load(std::memory_order_seq_cst);
   }
-  if (std::find(lower.begin(), lower.begin() + n, cpu) == lower.begin() + n) return;
+  const auto end = lower.begin() + n;
+  if (std::find(lower.begin(), end, cpu) == end) return;
   cpu_set_t allowed;
   cpu_set_t elsewhere;
   if (pthread_getaffinity_np(pthread_self(), sizeof(allowed), &allowed) != 0) return;
@@ -126,7 +141,9 @@ void WorkerPool::spread_off_shared_core(int local) {
   }
   if (pthread_setaffinity_np(pthread_self(), sizeof(elsewhere), &elsewhere) != 0) return;
   pthread_setaffinity_np(pthread_self(), sizeof(allowed), &allowed);
-  cores_[static_cast<std::size_t>(local)].cpu.store(sched_getcpu(), std::memory_order_seq_cst);
+  const int now = sched_getcpu();
+  cores_[static_cast<std::size_t>(local)].cpu.store(now, std::memory_order_seq_cst);
+  if (across) transport_->publish_core(local, now);
 }
 
 void WorkerPool::record_failure(int /*local*/, std::exception_ptr error) {

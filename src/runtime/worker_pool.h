@@ -13,6 +13,7 @@
 #include "replicator/replicator.h"
 #include "src/collectives/communicator.h"
 #include "src/comm/flight_recorder.h"
+#include "src/engines/transport.h"
 
 namespace replicator::detail {
 
@@ -22,11 +23,12 @@ class WorkerPool {
   // of `num_replicas`. `comm` and `recorders` (which get each replica's steps) must
   // outlive the pool. An idle thread busy-waits `spin` for the next step before it parks.
   // With `spread` (every replica thread of the host has a core of its own), a thread that
-  // starts a step on the core of a lower-numbered replica of this process moves off it (see
-  // spread_off_shared_core). The threads block SIGUSR1 (the flight recorder's dump thread
-  // takes it).
+  // starts a step on the core of a lower-numbered replica of the host moves off it (see
+  // spread_off_shared_core); `transport` (may be null; must outlive the pool) tells the
+  // cores of the other processes where they share this host's memory. The threads block
+  // SIGUSR1 (the flight recorder's dump thread takes it).
   WorkerPool(Communicator& comm, FlightRecorders& recorders, int first_replica, int num_replicas,
-             int num_local, std::chrono::microseconds spin, bool spread);
+             int num_local, std::chrono::microseconds spin, bool spread, Transport* transport);
   ~WorkerPool();  // stops and joins the threads
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
@@ -41,12 +43,14 @@ class WorkerPool {
   // core, and the kernel spreads them only after some milliseconds: two replicas that
   // wait on each other then share one core and each collective costs a spin budget (10 µs
   // a 4 B all_reduce instead of 0.4, for the first 10-40 ms). So each thread publishes the
-  // core it starts the step on; one that finds a lower-numbered replica there asks the
-  // kernel to move it to a core no lower-numbered replica holds (its allowed cores minus
-  // those), then gives back its full affinity, so the kernel stays free to place it later.
-  // Two sched_setaffinity calls when shared, one getcpu otherwise; best effort: a core
-  // read just before its owner moved is stale until the next step.
-  // Only the first kMaxSpread replicas of a process are looked at (a stack array).
+  // core it starts the step on (to the other processes of the host too, through the
+  // transport); one that finds a lower-numbered replica there (of this process, or of a
+  // process of lower rank) asks the kernel to move it to a core none of them holds (its
+  // allowed cores minus those), then gives back its full affinity, so the kernel stays free
+  // to place it later. Two sched_setaffinity calls when shared, one getcpu and a read per
+  // lower replica otherwise; best effort: a core read just before its owner moved is stale
+  // until the next step. Only the first kMaxSpread lower replicas are looked at (a stack
+  // array).
   void spread_off_shared_core(int local);
   static constexpr int kMaxSpread = 256;
   void record_failure(int local, std::exception_ptr error);
@@ -57,6 +61,7 @@ class WorkerPool {
   const int num_replicas_;
   const std::chrono::microseconds spin_;
   const bool spread_;
+  Transport* const transport_;  // null, or its cores are shared (shares_cores())
   std::vector<std::thread> threads_;
   // The core each thread started its last step on (-1: none yet), by local replica.
   struct alignas(64) Core {

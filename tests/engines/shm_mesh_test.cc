@@ -316,6 +316,36 @@ TEST(ShmMesh, OffersFromThisHostAttachAndOthersDoNot) {
   EXPECT_EQ(got, sent);
 }
 
+TEST(ShmMesh, EachProcessSeesTheCoresTheOthersPublishedPerLane) {
+  auto pair = make_pair(2);
+  EXPECT_EQ(pair->b->core_of(0, 0), -1);  // nothing published yet
+  pair->a->publish_core(0, 3);
+  pair->a->publish_core(1, 0);
+  pair->b->publish_core(1, 7);
+  EXPECT_EQ(pair->b->core_of(0, 0), 3);
+  EXPECT_EQ(pair->b->core_of(0, 1), 0);
+  EXPECT_EQ(pair->a->core_of(1, 0), -1);
+  EXPECT_EQ(pair->a->core_of(1, 1), 7);
+  EXPECT_EQ(pair->a->core_of(0, 0), 3);  // its own too
+  pair->a->publish_core(0, 1);           // the latest wins
+  EXPECT_EQ(pair->b->core_of(0, 0), 1);
+  // Out of range: nothing is written, and nothing is read.
+  pair->a->publish_core(2, 5);
+  pair->a->publish_core(0, -1);
+  EXPECT_EQ(pair->b->core_of(0, 0), 1);
+  EXPECT_EQ(pair->b->core_of(2, 0), -1);
+  EXPECT_EQ(pair->b->core_of(0, 2), -1);
+  EXPECT_EQ(pair->b->core_of(-1, 0), -1);
+  // The cores do not disturb messages on the same lanes.
+  std::string error_a;
+  std::thread other([&] { error_a = exchange_rounds(*pair->a, 0, pair->poison_a, 1, 100, 50); });
+  const std::string error_b = exchange_rounds(*pair->b, 1, pair->poison_b, 1, 100, 50);
+  other.join();
+  EXPECT_EQ(error_a, "");
+  EXPECT_EQ(error_b, "");
+  EXPECT_EQ(pair->a->core_of(1, 1), 7);
+}
+
 TEST(ShmMesh, HostIdentityIsStableAndRingsShrinkAsTheJobGrows) {
   const std::string id = ShmMesh::host_identity();
   EXPECT_FALSE(id.empty());

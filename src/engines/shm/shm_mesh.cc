@@ -133,6 +133,11 @@ struct ShmMesh::Segment {
   static std::size_t sleepers(int size, int lane) {
     return bell(size, lane) + sizeof(std::uint32_t);
   }
+  // The core the lane's thread last started a step on, plus one (0: none); written once a
+  // step, beside the bell its peers ring rather than on a line of its own.
+  static std::size_t core(int size, int lane) {
+    return bell(size, lane) + 2 * sizeof(std::uint32_t);
+  }
   static std::size_t rings(int size, int lanes) { return bell(size, lanes); }
   static std::size_t ring(int size, int lanes, std::size_t ring_bytes, int lane, int writer) {
     return rings(size, lanes) + (static_cast<std::size_t>(lane) * static_cast<std::size_t>(size) +
@@ -396,6 +401,22 @@ void ShmMesh::post(int lane, Ticket ticket, std::span<const SendOp> sends,
       send_some(lane, q);
     }
   }
+}
+
+void ShmMesh::publish_core(int lane, int cpu) noexcept {
+  if (lane < 0 || lane >= lanes_ || cpu < 0) return;
+  std::byte* mine = segments_[static_cast<std::size_t>(rank_)];
+  at<std::uint32_t>(mine, Segment::core(size_, lane))
+      .store(static_cast<std::uint32_t>(cpu) + 1, std::memory_order_relaxed);
+}
+
+int ShmMesh::core_of(int process, int lane) const noexcept {
+  if (process < 0 || process >= size_ || lane < 0 || lane >= lanes_) return -1;
+  std::byte* segment = segments_[static_cast<std::size_t>(process)];
+  if (segment == nullptr) return -1;
+  const std::uint32_t value =
+      at<std::uint32_t>(segment, Segment::core(size_, lane)).load(std::memory_order_relaxed);
+  return static_cast<int>(value) - 1;
 }
 
 void ShmMesh::ring_bell(int process, int lane) noexcept {

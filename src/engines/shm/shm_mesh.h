@@ -126,6 +126,13 @@ class ShmMesh {
   // Forgets every pending message of `lane` (their buffers are never touched again).
   void drop(int lane) noexcept;
 
+  // The core the thread of `lane` started its last step on, for the other processes of
+  // the host (see WorkerPool): publish_core() writes this process's, core_of() reads
+  // `process`'s (this one's too; -1 where none was published, or out of range). Never
+  // block or throw.
+  void publish_core(int lane, int cpu) noexcept;
+  int core_of(int process, int lane) const noexcept;
+
   // Flags this process as failed in every attached peer's segment and rings their bells.
   // Never blocks, never throws.
   void announce_failure() noexcept;
