@@ -504,7 +504,8 @@ MpiTransport::~MpiTransport() {
 }
 
 void MpiTransport::open_shared_memory() {
-  std::unique_ptr<ShmMesh> mesh = ShmMesh::try_make(rank_, size_, num_lanes());
+  // Its waits poll the rings and nap (wait() here), never park on their bells.
+  std::unique_ptr<ShmMesh> mesh = ShmMesh::try_make(rank_, size_, num_lanes(), /*parks=*/false);
   const std::string offer = mesh ? mesh->offer() : std::string();
   // Everyone's offer: lengths, then the texts.
   int length = static_cast<int>(offer.size());

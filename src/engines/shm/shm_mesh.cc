@@ -202,10 +202,11 @@ std::size_t ShmMesh::ring_bytes_for(int size, int lanes) {
   return std::clamp(std::bit_floor(kSegmentTarget / rings), kMinRingBytes, kMaxRingBytes);
 }
 
-ShmMesh::ShmMesh(int rank, int size, int lanes)
+ShmMesh::ShmMesh(int rank, int size, int lanes, bool parks)
     : rank_(rank),
       size_(size),
       lanes_(lanes),
+      parks_(parks),
       ring_bytes_(ring_bytes_for(size, lanes)),
       segment_bytes_(Segment::bytes(size, lanes, ring_bytes_)),
       segments_(static_cast<std::size_t>(std::max(size, 0)), nullptr),
@@ -269,11 +270,11 @@ ShmMesh::~ShmMesh() {
   }
 }
 
-std::unique_ptr<ShmMesh> ShmMesh::try_make(int rank, int size, int lanes) {
+std::unique_ptr<ShmMesh> ShmMesh::try_make(int rank, int size, int lanes, bool parks) {
   std::string host = host_identity();
   if (host.empty()) return nullptr;
   try {
-    auto mesh = std::make_unique<ShmMesh>(rank, size, lanes);
+    auto mesh = std::make_unique<ShmMesh>(rank, size, lanes, parks);
     mesh->host_ = std::move(host);
     return mesh;
   } catch (const InvalidArgument&) {
@@ -505,8 +506,12 @@ bool ShmMesh::send_some(int lane, int peer) noexcept {
   }
   if (w == start) return false;
   l.written[p] = w;
-  written.store(w, std::memory_order_seq_cst);
-  ring_bell_if_parked(peer, lane);
+  if (parks_) {
+    written.store(w, std::memory_order_seq_cst);
+    ring_bell_if_parked(peer, lane);
+  } else {
+    written.store(w, std::memory_order_release);
+  }
   return true;
 }
 
@@ -560,6 +565,10 @@ bool ShmMesh::recv_some(int lane, int peer, WaitResult* error) noexcept {
   }
   if (r == start) return false;
   l.read[p] = r;
+  if (!parks_) {
+    read.store(r, std::memory_order_release);
+    return true;
+  }
   read.store(r, std::memory_order_seq_cst);
   // The writer ran out of room and waits for some.
   if (at<std::uint32_t>(ring, kWantsRoom).load(std::memory_order_seq_cst) != 0) {
