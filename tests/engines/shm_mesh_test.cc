@@ -88,10 +88,12 @@ TEST(ShmMesh, MessagesOfEverySizeArriveIntactOnTwoLanesAtOnce) {
     std::vector<std::thread> threads;
     for (int lane = 0; lane < 2; ++lane) {
       threads.emplace_back([&, lane] {
-        errors[lane * 2] = exchange_rounds(*pair->a, 0, pair->poison_a, lane, bytes, 3);
+        errors[static_cast<std::size_t>(lane) * 2] =
+            exchange_rounds(*pair->a, 0, pair->poison_a, lane, bytes, 3);
       });
       threads.emplace_back([&, lane] {
-        errors[lane * 2 + 1] = exchange_rounds(*pair->b, 1, pair->poison_b, lane, bytes, 3);
+        errors[static_cast<std::size_t>(lane) * 2 + 1] =
+            exchange_rounds(*pair->b, 1, pair->poison_b, lane, bytes, 3);
       });
     }
     for (auto& t : threads) t.join();
