@@ -26,6 +26,8 @@
 
 namespace replicator::detail {
 
+class ShmMesh;
+
 struct SendOp {
   int peer;  // process rank
   const void* data;
@@ -105,12 +107,10 @@ class Transport {
   // What the transport is like; the collectives' chooser plans from it. Never blocks.
   virtual TransportTraits traits() const = 0;
 
-  // Where the processes of the job share this host's memory (the shared-memory path): the
-  // core the thread of `lane` of `process` started its last step on, as it published it
-  // with publish_core() (-1: unknown, or no such path). Never block or throw.
-  virtual bool shares_cores() const noexcept { return false; }
-  virtual void publish_core(int /*lane*/, int /*cpu*/) noexcept {}
-  virtual int core_of(int /*process*/, int /*lane*/) const noexcept { return -1; }
+  // The rings in /dev/shm between the processes of this host, where every process of the
+  // job is on it and the transport uses them; else null. Owned by the transport. Never
+  // blocks or throws.
+  virtual ShmMesh* shared_memory() const noexcept { return nullptr; }
 };
 
 }  // namespace replicator::detail

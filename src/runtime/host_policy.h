@@ -28,7 +28,7 @@ HostPolicy host_policy(int local_replicas, int host_processes, unsigned cores,
                        std::chrono::microseconds spin);
 
 // Where a replica thread that starts a step on core `cpu` should move: the cores in
-// `allowed` that none of `lower` (the cores lower-numbered replicas of its process started
+// `allowed` that none of `lower` (the cores the lower-numbered replicas of its host started
 // on; negative: unknown) holds, into `*elsewhere`. False, leaving `*elsewhere` unspecified,
 // when `cpu` is not among `lower` (nothing to do) or every allowed core is taken. Pure;
 // never throws.

@@ -51,9 +51,10 @@ std::uint8_t pattern(int src, int lane, int round, std::size_t i) {
   return static_cast<std::uint8_t>(src * 37 + lane * 101 + round * 7 + i * 13 + (i >> 9));
 }
 
-// Rank `rank` of a pair: sends `bytes` to the other and receives as many, `rounds` times.
+// Rank `rank` of a pair: sends `bytes` to the other and receives as many, `rounds` times,
+// waiting in wait(), or with `poll_only` by poll() alone (as the mpi engine does).
 std::string exchange_rounds(ShmMesh& mesh, int rank, const Poison& poison, int lane,
-                            std::size_t bytes, int rounds) {
+                            std::size_t bytes, int rounds, bool poll_only = false) {
   const int peer = 1 - rank;
   ShmMesh::Ticket ticket = 0;
   for (int round = 0; round < rounds; ++round) {
@@ -63,8 +64,16 @@ std::string exchange_rounds(ShmMesh& mesh, int rank, const Poison& poison, int l
     const SendOp send{peer, out.data(), bytes};
     const RecvOp recv{peer, in.data(), bytes};
     mesh.post(lane, ++ticket, {&send, 1}, {&recv, 1});
-    const auto result = mesh.wait(lane, ticket, Clock::now() + std::chrono::seconds(30),
-                                  microseconds(20), microseconds(1000), poison);
+    const Clock::time_point deadline = Clock::now() + std::chrono::seconds(30);
+    ShmMesh::WaitResult result;
+    if (poll_only) {
+      while (!mesh.poll(lane, ticket, &result) && result.outcome == Outcome::kDone) {
+        if (Clock::now() > deadline) return "round " + std::to_string(round) + " never completed";
+        std::this_thread::yield();
+      }
+    } else {
+      result = mesh.wait(lane, ticket, deadline, microseconds(20), microseconds(1000), poison);
+    }
     if (result.outcome != Outcome::kDone) {
       return "lane " + std::to_string(lane) + " round " + std::to_string(round) + ": outcome " +
              std::to_string(static_cast<int>(result.outcome));
@@ -318,35 +327,6 @@ TEST(ShmMesh, OffersFromThisHostAttachAndOthersDoNot) {
   EXPECT_EQ(got, sent);
 }
 
-// Rank `rank` of a mesh made without parking: like exchange_rounds, waiting by poll() only
-// (as the mpi engine does).
-std::string poll_rounds(ShmMesh& mesh, int rank, std::size_t bytes, int rounds,
-                        ShmMesh::Ticket& ticket) {
-  const int peer = 1 - rank;
-  for (int round = 0; round < rounds; ++round) {
-    std::vector<std::uint8_t> out(bytes);
-    std::vector<std::uint8_t> in(bytes, 0xee);
-    for (std::size_t i = 0; i < bytes; ++i) out[i] = pattern(rank, 0, round, i);
-    const SendOp send{peer, out.data(), bytes};
-    const RecvOp recv{peer, in.data(), bytes};
-    mesh.post(0, ++ticket, {&send, 1}, {&recv, 1});
-    const Clock::time_point deadline = Clock::now() + std::chrono::seconds(30);
-    ShmMesh::WaitResult error;
-    while (!mesh.poll(0, ticket, &error)) {
-      if (error.outcome != Outcome::kDone) return "poll failed in round " + std::to_string(round);
-      if (Clock::now() > deadline) return "round " + std::to_string(round) + " never completed";
-      std::this_thread::yield();
-    }
-    for (std::size_t i = 0; i < bytes; ++i) {
-      if (in[i] != pattern(peer, 0, round, i)) {
-        return std::to_string(bytes) + "-byte message round " + std::to_string(round) +
-               " differs at byte " + std::to_string(i);
-      }
-    }
-  }
-  return {};
-}
-
 TEST(ShmMesh, AMeshWhoseThreadsNeverParkDeliversEverySizeByPollingAlone) {
   auto a = std::make_unique<ShmMesh>(0, 2, 1, /*parks=*/false);
   auto b = std::make_unique<ShmMesh>(1, 2, 1, /*parks=*/false);
@@ -356,13 +336,12 @@ TEST(ShmMesh, AMeshWhoseThreadsNeverParkDeliversEverySizeByPollingAlone) {
   a->unlink();
   b->unlink();
   // Small messages, and ones longer than a ring (sent in parts as the reader frees room).
-  ShmMesh::Ticket ticket_a = 0;
-  ShmMesh::Ticket ticket_b = 0;
+  const Poison unused;
   for (const std::size_t bytes :
        {std::size_t{4}, std::size_t{56}, std::size_t{3000}, a->ring_bytes() + 4096}) {
     std::string error_a;
-    std::thread other([&] { error_a = poll_rounds(*a, 0, bytes, 20, ticket_a); });
-    const std::string error_b = poll_rounds(*b, 1, bytes, 20, ticket_b);
+    std::thread other([&] { error_a = exchange_rounds(*a, 0, unused, 0, bytes, 20, true); });
+    const std::string error_b = exchange_rounds(*b, 1, unused, 0, bytes, 20, true);
     other.join();
     EXPECT_EQ(error_a, "") << bytes;
     EXPECT_EQ(error_b, "") << bytes;

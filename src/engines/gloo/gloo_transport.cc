@@ -162,13 +162,7 @@ class GlooTransport final : public Transport, public NativeCollectives {
   // to move than a tiny one, and only its used bytes are copied (receives may be longer);
   // receives posted ahead gain nothing; steps from 64 KiB to half a ring keep two steps in
   // flight without waiting for room.
-  bool shares_cores() const noexcept override { return shm_ != nullptr; }
-  void publish_core(int lane, int cpu) noexcept override {
-    if (shm_) shm_->publish_core(lane, cpu);
-  }
-  int core_of(int process, int lane) const noexcept override {
-    return shm_ ? shm_->core_of(process, lane) : -1;
-  }
+  ShmMesh* shared_memory() const noexcept override { return shm_.get(); }
   TransportTraits traits() const override {
     if (shm_) {
       return {.receives_ahead = false,

@@ -314,13 +314,7 @@ class MpiTransport final : public Transport, public NativeCollectives {
   Ticket post(int lane, std::span<const SendOp> sends, std::span<const RecvOp> recvs) override;
   void wait(int lane, Ticket ticket, Clock::time_point deadline) override;
   void abort(const std::string& why, std::optional<int> cause_replica) noexcept override;
-  bool shares_cores() const noexcept override { return shm_ != nullptr; }
-  void publish_core(int lane, int cpu) noexcept override {
-    if (shm_) shm_->publish_core(lane, cpu);
-  }
-  int core_of(int process, int lane) const noexcept override {
-    return shm_ ? shm_->core_of(process, lane) : -1;
-  }
+  ShmMesh* shared_memory() const noexcept override { return shm_.get(); }
   TransportTraits traits() const override {
     // Steps (past half a ring, so through OpenMPI): shared-memory copies are cheap to
     // start, but every step is a round trip: 2 MiB steps (a 4 MiB all-reduce over two

@@ -72,6 +72,9 @@ class ShmMesh {
   // job grows so that a segment stays near 16 MiB. A power of two.
   static std::size_t ring_bytes_for(int size, int lanes);
   std::size_t ring_bytes() const { return ring_bytes_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int lanes() const { return lanes_; }
   // The segment's name in /dev/shm (unique to this process and moment).
   const std::string& name() const { return name_; }
 
