@@ -167,10 +167,7 @@ int run_bench_rl(const BenchRlFlags& f) {
   apply_memory_mode(memory, f.argv);
   BenchRlFlags flags = f;
   if (flags.peer_script.empty()) flags.peer_script = find_peer_script();
-  if (flags.python.empty()) {
-    flags.python = std::filesystem::exists(REPLICATOR_VENV_PYTHON) ? REPLICATOR_VENV_PYTHON
-                                                                   : "/usr/bin/python3";
-  }
+  if (flags.python.empty()) flags.python = REPLICATOR_VENV_PYTHON;
   const auto wants = [&](const char* part) {
     return std::find(flags.parts.begin(), flags.parts.end(), part) != flags.parts.end();
   };

@@ -57,7 +57,7 @@ struct BenchTrainFlags {
   std::string memory_format = "channels-last";  // ours
   std::string memory = "both";
   std::vector<std::string> configs;
-  std::string python = "/usr/bin/python3";
+  std::string python = REPLICATOR_VENV_PYTHON;  // the venv's torch: the LibTorch we link
   std::string ddp_script;
   bool json = false;
 };
@@ -280,7 +280,9 @@ Command add_bench_job(CLI::App& bench, const BenchJob& job, const std::string& h
   std::string listed;
   for (const std::string& name : names) listed += " " + name;
   app->add_option("--configs", flags->configs, "Subset of:" + listed)->check(CLI::IsMember(names));
-  app->add_option("--python", flags->python, "Python with torch, for the DDP run");
+  app->add_option("--python", flags->python,
+                  "Python with torch, for the DDP run (default: the project's .venv, whose torch "
+                  "is the LibTorch replicator links)");
   app->add_option("--ddp-script", flags->ddp_script, "Path of bench/" + job.peer_script);
   app->add_flag("--json", flags->json, "One JSON object per configuration and memory setting");
   return {app, [flags] { return run_bench_train(*flags); }};

@@ -5,6 +5,7 @@
 #include <array>
 #include <cctype>
 #include <cstdlib>
+#include <string>
 
 #include "apps/exec_self.h"
 
@@ -67,8 +68,20 @@ void choose_blas_kernels(char** argv) {
 
 std::string blas_description() {
   const CoreName corename = openblas_corename();
-  if (corename == nullptr) return "BLAS without openblas_get_corename";
-  return std::string("OpenBLAS ") + corename();
+  if (corename != nullptr) return std::string("OpenBLAS ") + corename();
+  // The torch wheel's libtorch_cpu.so carries MKL and exports its version query.
+  using MklVersion = void (*)(char*, int);
+  const auto mkl = reinterpret_cast<MklVersion>(::dlsym(RTLD_DEFAULT, "MKL_Get_Version_String"));
+  if (mkl != nullptr) {
+    char text[256] = {};
+    mkl(text, sizeof text - 1);
+    const std::string full = text;
+    const std::size_t at = full.find("Version ");
+    if (at == std::string::npos) return "MKL";
+    const std::size_t end = full.find_first_of(" -", at + 8);
+    return "MKL " + full.substr(at + 8, end == std::string::npos ? end : end - at - 8);
+  }
+  return "BLAS without openblas_get_corename";
 }
 
 }  // namespace replicator::apps

@@ -1,7 +1,10 @@
 // Which kernels the BLAS behind LibTorch's matrix products runs.
 //
-// LibTorch on Debian does its matrix products (linear layers, the MLP of the IMPALA job)
-// through libblas.so.3, which the install script points at OpenBLAS. OpenBLAS chooses its
+// The torch wheel's LibTorch (the project's, cmake/torch.cmake) carries MKL inside
+// libtorch_cpu.so: nothing here applies to it, and blas_description() names its version. A
+// LibTorch built against libblas.so.3 (Debian's libtorch-dev) does its matrix products
+// through whatever that points at, OpenBLAS where the install script's package is. OpenBLAS
+// chooses its
 // kernels from the CPU's model number when it loads; a model it does not know (a virtual
 // machine's "Intel Xeon Processor", or a CPU newer than the release) gets its oldest x86-64
 // kernels, Prescott's SSE3, 2-3 times slower than the AVX2 or AVX-512 ones the CPU runs.
@@ -39,8 +42,8 @@ std::string better_openblas_core(std::string_view core, CpuFeatures cpu);
 // the process goes on with the BLAS as it is, and the variables it set are unset again.
 void choose_blas_kernels(char** argv);
 
-// "OpenBLAS <core>" (the kernels in use), or "BLAS without openblas_get_corename" for
-// another BLAS (Debian's reference BLAS, for example).
+// "OpenBLAS <core>" (the kernels in use), "MKL <version>" (the wheel's LibTorch), or "BLAS
+// without openblas_get_corename" for another BLAS (Debian's reference BLAS, for example).
 std::string blas_description();
 
 }  // namespace replicator::apps

@@ -3,6 +3,10 @@
 # with the offending file, line and include when one reaches up; run as a script
 # (`cmake -DROOT=dir -P cmake/check_layers.cmake`) it exits non-zero instead.
 #
+# Gloo's headers are included by src/engines/gloo/gloo.h alone, which renames their namespace
+# to that of the engine's private libgloo (cmake/gloo.cmake): a file that included one itself
+# would reference the gloo inside LibTorch. The check names such a file too.
+#
 # A file's layer: src/<layer>/...; apps/, bench/, examples/ and tests/ are the top. Public
 # headers include/replicator/<h>: the layer that implements them (below).
 set(REPLICATOR_LAYERS base comm engines collectives runtime torch data rl apps)
@@ -48,6 +52,12 @@ function(replicator_check_layers root)
       continue()
     endif()
     list(GET REPLICATOR_LAYERS ${mine} mine_name)
+    if(NOT rel STREQUAL "src/engines/gloo/gloo.h")
+      file(STRINGS "${root}/${rel}" gloo_lines REGEX "^#include <gloo/")
+      foreach(line IN LISTS gloo_lines)
+        string(APPEND errors "  ${rel} includes ${line}: include src/engines/gloo/gloo.h instead\n")
+      endforeach()
+    endif()
     file(STRINGS "${root}/${rel}" lines REGEX "^#include \"")
     foreach(line IN LISTS lines)
       if(NOT line MATCHES "^#include \"([^\"]+)\"")
@@ -72,8 +82,8 @@ function(replicator_check_layers root)
   endforeach()
   if(errors)
     message(FATAL_ERROR
-      "replicator: a lower layer includes a higher one (layers, lowest first: "
-      "${REPLICATOR_LAYERS}):\n${errors}")
+      "replicator: a lower layer includes a higher one, or a file includes Gloo directly "
+      "(layers, lowest first: ${REPLICATOR_LAYERS}):\n${errors}")
   endif()
 endfunction()
 

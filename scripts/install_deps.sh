@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Installs every Debian package the project needs, the toolchain included, then makes the
-# project's one Python virtual environment at <repo>/.venv (the reference environments of the
-# conformance tests, EnvPool for the benchmarks, TensorBoard, gRPC peers): Debian's python3
-# with --system-site-packages, so that scripts also see python3-torch and python3-numpy, and
-# the pinned packages of scripts/requirements.txt. Idempotent: when every Debian package is
-# present apt is not touched, and when .venv holds the stamp of the same requirements file
-# pip is not run.
+# project's one Python virtual environment at <repo>/.venv: the pinned packages of
+# scripts/requirements.txt, LibTorch among them (the PyPI torch wheel, which every C++ target
+# links and every Python peer imports: cmake/torch.cmake), the reference environments of the
+# conformance tests, EnvPool for the benchmarks, TensorBoard, the gRPC peers. It is made from
+# Debian's python3 with --system-site-packages, so that scripts also see python3-numpy.
+# Idempotent: when every Debian package is present apt is not touched, and when .venv holds
+# the stamp of the same requirements file pip is not run. The torch wheel and the nvidia-*
+# wheels it pulls are 3 GB to fetch, 5.3 GB on disk; a first install takes a few minutes.
 #
-# libopenblas0-pthread: LibTorch (and python3-torch) do their matrix products through
-# libblas.so.3, which without it is Debian's reference BLAS, a plain loop; Debian's
-# alternatives then pick OpenBLAS. Not the serial build: it is not safe to call from several
-# threads at once (replicas as threads then get wrong, changing results); `replicator` runs
-# this one on a single thread of its own per call (OPENBLAS_NUM_THREADS=1, apps/blas.h).
+# The CUDA toolkit is not installed here: the torch wheel's CMake files look for one (any
+# version from 12.6; /usr/local/cuda), and the GPU targets build with it where it is there.
+#
+# libopenblas0-pthread: Debian's numpy (the environments' Python references) does its matrix
+# products through libblas.so.3, which without it is Debian's reference BLAS, a plain loop.
+# LibTorch brings its own BLAS (MKL in the x86-64 wheel).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,7 +25,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev
   libopenmpi-dev openmpi-bin
   libgloo-dev libhiredis-dev redis-server iproute2
-  libtorch-dev zlib1g-dev libpng-dev dataset-fashion-mnist python3-torch python3-numpy
+  zlib1g-dev libpng-dev dataset-fashion-mnist python3-numpy
   libopenblas0-pthread
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libjemalloc2

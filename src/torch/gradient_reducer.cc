@@ -57,7 +57,7 @@ struct GradientReducer::State {
   std::size_t next_to_reduce = 0;
   std::size_t reduced_in_backward = 0;       // in the backward under way
   std::size_t last_reduced_in_backward = 0;  // in the last synchronized step
-  std::vector<std::shared_ptr<::torch::autograd::Node>> accumulators;
+  std::vector<c10::intrusive_ptr<::torch::autograd::Node>> accumulators;
 
   void reduce(std::size_t b) {
     all_reduce(*ctx, buckets[b].flat, {.op = options.op, .timeout = options.timeout});
@@ -92,7 +92,7 @@ struct GradientReducer::State {
   // that backward uses (and fires) this same node.
   void attach(const std::shared_ptr<State>& self, std::size_t i) {
     const std::weak_ptr<State> weak = self;
-    std::shared_ptr<::torch::autograd::Node> accumulator =
+    c10::intrusive_ptr<::torch::autograd::Node> accumulator =
         ::torch::autograd::impl::grad_accumulator(slots[i].param);
     accumulator->add_post_hook(std::make_unique<::torch::autograd::utils::LambdaPostHook>(
         [weak, i](const ::torch::autograd::variable_list& outputs,

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <string>
+#include <variant>
 
 #include "replicator/errors.h"
 
@@ -109,7 +110,7 @@ SNConv2dImpl::SNConv2dImpl(const ::torch::nn::Conv2dOptions& options_,
                            const SpectralNormOptions& sn)
     : options(options_), sn_options(sn) {
   if (options.groups() != 1 ||
-      !c10::holds_alternative<::torch::enumtype::kZeros>(options.padding_mode())) {
+      !std::holds_alternative<::torch::enumtype::kZeros>(options.padding_mode())) {
     throw InvalidArgument("SNConv2d supports groups 1 and zero padding only");
   }
   reset();
@@ -130,7 +131,7 @@ void SNConv2dImpl::reset() {
 }
 
 ::torch::Tensor SNConv2dImpl::forward(const ::torch::Tensor& input) {
-  const auto* padding = c10::get_if<::torch::ExpandingArray<2>>(&options.padding());
+  const auto* padding = std::get_if<::torch::ExpandingArray<2>>(&options.padding());
   if (padding == nullptr) throw InvalidArgument("SNConv2d needs an explicit padding");
   return ::torch::conv2d(input, state.normalize(weight, is_training(), sn_options), bias,
                          *options.stride(), **padding, *options.dilation());

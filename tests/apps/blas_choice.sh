@@ -5,7 +5,8 @@
 # the launcher keeps its name.
 #
 #   blas_choice.sh BUILD_DIR
-# Exit 0 on success, 1 on failure, 77 when libblas.so.3 is not OpenBLAS (nothing to choose).
+# Exit 0 on success, 1 on failure, 77 when `replicator` does not load libblas.so.3 (the torch
+# wheel's LibTorch brings MKL) or libblas.so.3 is not OpenBLAS: nothing to choose.
 # The launched child's environment is read through a pipe: a failed launch fails the test.
 set -uo pipefail
 build="${1:?build dir}"
@@ -18,6 +19,10 @@ child_env() {
     sort
 }
 
+if ! ldd "$build/replicator" | grep -q 'libblas\.so\.3'; then
+  echo "replicator does not load libblas.so.3 (its LibTorch has a BLAS of its own): nothing to choose"
+  exit 77
+fi
 blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || true)
 if [[ $blas != *openblas* ]]; then
   echo "libblas.so.3 is not OpenBLAS here ('${blas:-none}'): nothing to choose"

@@ -88,12 +88,17 @@ want = ["env cartpole M=64", "learner cartpole mlp R=1", "learner cartpole mlp R
         "peer pytorch, 2 actor procs"]
 assert sorted(rows) == sorted(want), sorted(rows)
 assert all(v > 0 for v in rows.values()), rows
-# The BLAS runs the kernels this CPU can (apps/blas.h): not OpenBLAS's SSE3 fallback.
+# The BLAS is named, the same in every row: the wheel's LibTorch brings MKL; a LibTorch on
+# OpenBLAS runs the kernels this CPU can (apps/blas.h), not OpenBLAS's SSE3 fallback.
 avx2 = " avx2 " in open("/proc/cpuinfo").read().replace("\n", " ")
 blas = {l["blas"] for l in lines if l["type"] == "rl"}
+assert len(blas) == 1, blas
+name = next(iter(blas))
 fast = {"haswell", "zen", "excavator", "skylakex", "cooperlake", "sapphirerapids"}
-core = next(iter(blas)).removeprefix("OpenBLAS ").lower() if len(blas) == 1 else ""
-assert len(blas) == 1 and (not avx2 or core in fast), blas
+if name.startswith("OpenBLAS "):
+    assert not avx2 or name.removeprefix("OpenBLAS ").lower() in fast, blas
+else:
+    assert name.startswith("MKL 20"), blas
 ratios = [l for l in lines if l["type"] == "rl_ratio"]
 assert len(ratios) == 6 and all(r["value"] > 0 for r in ratios), ratios
 # --memory keep (the default): the learner rows ran on jemalloc.

@@ -40,3 +40,21 @@ target_include_directories(elastic_store_test PRIVATE ${PROJECT_SOURCE_DIR})
 target_link_libraries(elastic_store_test PRIVATE replicator::core GTest::gtest_main)
 target_compile_options(elastic_store_test PRIVATE -Wall -Wextra)
 gtest_discover_tests(elastic_store_test PROPERTIES LABELS "unit" DISCOVERY_TIMEOUT 60)
+
+# The same suite in a program that also links LibTorch and runs a torch operation, and the
+# dynamic linker's bindings of every gloo symbol in it (tests/engines/gloo_bindings.sh).
+if(TARGET replicator_torch AND TARGET replicator)
+  add_executable(gloo_transport_torch_test ${CMAKE_CURRENT_LIST_DIR}/gloo_transport_test.cc)
+  target_include_directories(gloo_transport_torch_test PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_definitions(gloo_transport_torch_test PRIVATE REPLICATOR_TEST_WITH_TORCH=1)
+  target_link_libraries(gloo_transport_torch_test
+    PRIVATE replicator::core replicator::torch GTest::gtest Threads::Threads)
+  target_compile_options(gloo_transport_torch_test PRIVATE -Wall -Wextra)
+  target_precompile_headers(gloo_transport_torch_test REUSE_FROM replicator_torch)
+  add_test(NAME gloo_transport_torch_np2
+    COMMAND replicator launch -n 2 -- $<TARGET_FILE:gloo_transport_torch_test>)
+  add_test(NAME gloo_bindings COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/gloo_bindings.sh
+    $<TARGET_FILE:replicator> $<TARGET_FILE:gloo_transport_torch_test>)
+  set_tests_properties(gloo_transport_torch_np2 gloo_bindings PROPERTIES
+    LABELS "multiproc" TIMEOUT 180)
+endif()

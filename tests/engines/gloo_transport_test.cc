@@ -16,7 +16,16 @@
 //                           exchange, rank 0 must get PeerLost naming rank 1 (prints how fast);
 //   --launcher-check LAUNCHER  runs the launcher on small shell programs: prefixes, statuses,
 //                           signals, SIGTERM then SIGKILL, bad usage.
+//
+// Built a second time as gloo_transport_torch_test (REPLICATOR_TEST_WITH_TORCH), linked with
+// LibTorch, whose libtorch_cpu.so carries a gloo of its own: every role first runs a torch
+// operation, and the worker suite must pass as in the plain build
+// (tests/engines/gloo_bindings.sh checks which gloo each reference reached).
 #include "src/engines/gloo/gloo_transport.h"
+
+#ifdef REPLICATOR_TEST_WITH_TORCH
+#include <torch/torch.h>
+#endif
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -829,9 +838,27 @@ TEST(Launcher, AllChildrenSucceeding) {
 }  // namespace
 }  // namespace replicator::detail
 
+#ifdef REPLICATOR_TEST_WITH_TORCH
+// A matrix product and a gradient through LibTorch, checked in closed form: x = [[0,1,2],
+// [3,4,5]], sum(x x^T) = 5 + 14 + 14 + 50 = 83, d/dx sum(x x^T) = 2 (column sums of x) per row.
+bool torch_op_is_right() {
+  auto x = torch::arange(6, torch::kFloat).reshape({2, 3}).requires_grad_();
+  auto y = x.matmul(x.t()).sum();
+  y.backward();
+  const auto want_grad = torch::tensor({6.0f, 10.0f, 14.0f}).repeat({2, 1});
+  return y.item<float>() == 83.0f && torch::equal(x.grad(), want_grad);
+}
+#endif
+
 int main(int argc, char** argv) {
   using namespace replicator::detail;
   testing::InitGoogleTest(&argc, argv);
+#ifdef REPLICATOR_TEST_WITH_TORCH
+  if (!torch_op_is_right()) {
+    std::fprintf(stderr, "FAIL: a LibTorch operation gave a wrong result\n");
+    return 1;
+  }
+#endif
   const std::string mode = argc >= 2 ? argv[1] : "";
   if (mode == "--peer-lost-worker") return run_peer_lost_worker();
   if (mode == "--peer-lost") {

@@ -36,14 +36,6 @@
 
 #include "src/engines/gloo/gloo_transport.h"
 
-#include <gloo/allreduce.h>
-#include <gloo/common/error.h>
-#include <gloo/common/logging.h>
-#include <gloo/math.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/prefix_store.h>
-#include <gloo/transport/tcp/device.h>
-#include <gloo/transport/unbound_buffer.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -67,6 +59,7 @@
 #include "replicator/errors.h"
 #include "src/comm/poison.h"
 #include "src/engines/abort_notice.h"
+#include "src/engines/gloo/gloo.h"
 #include "src/engines/shm/shm_mesh.h"
 #include "src/engines/store/heartbeat.h"
 #include "src/engines/store/store.h"

@@ -1,8 +1,7 @@
 #include "src/engines/store/store.h"
 
-#include <gloo/common/error.h>
-
 #include "src/base/text.h"
+#include "src/engines/gloo/gloo.h"
 #include "src/engines/store/redis_address.h"
 
 namespace replicator::detail {

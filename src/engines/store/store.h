@@ -6,13 +6,6 @@
 // redis://host[:port] (port 6379 by default; [IPv6]:port accepted).
 #pragma once
 
-// The Debian headers of Gloo include <hiredis.h>; hiredis installs it as <hiredis/hiredis.h>.
-#define HIREDIS_NESTED_INCLUDE 1
-
-#include <gloo/rendezvous/file_store.h>
-#include <gloo/rendezvous/redis_store.h>
-#include <gloo/rendezvous/store.h>
-
 #include <chrono>
 #include <exception>
 #include <filesystem>
@@ -25,6 +18,7 @@
 #include <vector>
 
 #include "replicator/errors.h"
+#include "src/engines/gloo/gloo.h"
 
 namespace replicator::detail {
 
