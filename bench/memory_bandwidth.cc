@@ -28,6 +28,15 @@ void copy_kernel(double* __restrict a, const double* __restrict b, std::size_t n
   for (std::size_t i = 0; i < n; ++i) a[i] = b[i];
 }
 
+// Both arrays read, their sum written back into both (the arrays hold zeros: nothing grows).
+void update_kernel(double* __restrict a, double* __restrict b, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const double sum = a[i] + b[i];
+    a[i] = sum;
+    b[i] = sum;
+  }
+}
+
 // Thread t's share [lo, hi) of n elements, boundaries on 64-byte lines.
 std::pair<std::size_t, std::size_t> share(std::size_t n, int t, int threads) {
   const auto bound = [&](int k) -> std::size_t {
@@ -97,7 +106,7 @@ PrefaultedBuffer::PrefaultedBuffer(std::size_t bytes) {
   size_ = bytes;
 }
 
-CopyBandwidth copy_bandwidth(int threads, std::size_t bytes_per_array) {
+CopyBandwidth memory_bandwidth(MemoryKernel kernel, int threads, std::size_t bytes_per_array) {
   threads = std::max(threads, 1);
   const std::size_t n =
       std::max(bytes_per_array / sizeof(double), static_cast<std::size_t>(threads) * 8);
@@ -113,13 +122,20 @@ CopyBandwidth copy_bandwidth(int threads, std::size_t bytes_per_array) {
   const auto worker = [&](int t) {
     const auto [lo, hi] = share(n, t, threads);
     std::fill(a.get() + lo, a.get() + hi, 0.0);
-    std::fill(b.get() + lo, b.get() + hi, 1.0);
+    std::fill(b.get() + lo, b.get() + hi, kernel == MemoryKernel::kCopy ? 1.0 : 0.0);
     sync.arrive_and_wait();
-    copy_kernel(a.get() + lo, b.get() + lo, hi - lo);  // untimed pass
+    const auto pass_once = [&] {
+      if (kernel == MemoryKernel::kCopy) {
+        copy_kernel(a.get() + lo, b.get() + lo, hi - lo);
+      } else {
+        update_kernel(a.get() + lo, b.get() + lo, hi - lo);
+      }
+    };
+    pass_once();  // untimed
     for (int pass = 0; pass < kPasses; ++pass) {
       sync.arrive_and_wait();
       const auto start = std::chrono::steady_clock::now();
-      copy_kernel(a.get() + lo, b.get() + lo, hi - lo);
+      pass_once();
       sync.arrive_and_wait();  // the pass ends when the slowest thread is done
       if (t == 0) {
         seconds[static_cast<std::size_t>(pass)] =
@@ -133,7 +149,8 @@ CopyBandwidth copy_bandwidth(int threads, std::size_t bytes_per_array) {
   for (auto& thread : team) thread.join();
 
   std::sort(seconds.begin(), seconds.end());
-  const double moved = 2.0 * static_cast<double>(bytes) / 1e9;
+  const double moved =
+      (kernel == MemoryKernel::kCopy ? 2.0 : 4.0) * static_cast<double>(bytes) / 1e9;
   return {.median_gbps = moved / seconds[kPasses / 2], .best_gbps = moved / seconds[0]};
 }
 
