@@ -316,13 +316,13 @@ struct Settings {
   std::vector<Kind> kinds;
   bool check = false;
   bool json = false;
-  double copy_gbps = 0;           // median pass
-  double copy_best_gbps = 0;      // best pass
-  double update_gbps = 0;         // median pass
-  double update_best_gbps = 0;    // best pass
-  std::size_t cache_bytes = 0;    // the last-level cache (0: unknown)
+  double copy_gbps = 0;                // median pass
+  double copy_best_gbps = 0;           // best pass
+  double update_gbps = 0;              // median pass
+  double update_best_gbps = 0;         // best pass
+  std::size_t cache_bytes = 0;         // the last-level cache (0: unknown)
   mutable int faster_than_memory = 0;  // rows flagged so far (process 0; counted as printed)
-  std::size_t output_offset = 0;  // where the second region of each arena starts
+  std::size_t output_offset = 0;       // where the second region of each arena starts
 
   bool across_processes() const { return engine != "local"; }
   bool prints() const { return rank == 0; }
