@@ -56,7 +56,7 @@ slower for these small tensors than jemalloc without purging; see the README).
 
 --check is the self-test: 2 processes, 3 steps at global batch 8, width 8; it fails unless
 the losses are finite and every replica ends with the same parameters and the same
-spectral-norm vectors. It takes a few seconds; run it as `python3 bench/ddp_gan.py --check`.
+spectral-norm vectors. It takes a few seconds; run it as `.venv/bin/python bench/ddp_gan.py --check`.
 """
 import argparse
 import gzip

@@ -29,7 +29,7 @@ packages=(
   libopenblas0-pthread
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libjemalloc2
-  clang-format clang-tidy time
+  clang-format clang-tidy time ccache
   clang libclang-rt-14-dev
 )
 

@@ -1,8 +1,8 @@
 // Reading a checkpoint from its bytes in memory: what load_checkpoint does once it has read
 // the file, and what the fuzzer (tests/fuzz) feeds.
 //
-// C++17 on purpose, with its .cc: the fuzz build compiles them with clang 14, which cannot
-// parse LibTorch 1.13's headers as C++20 against libstdc++ 12.
+// With its .cc, compiled on its own by the fuzz build (clang 14, tests/fuzz), which builds
+// none of the LibTorch libraries.
 #pragma once
 
 #include <torch/nn/module.h>
