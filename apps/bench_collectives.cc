@@ -941,8 +941,8 @@ void print_all_reduce_plan(const Settings& s, const Config& config, detail::Tran
                                                        : "no choice in this job depends on it");
       }
     }
-    std::printf("%12s  %-8s  %-13s  %12s  %14s  %12s  %12s\n", "bytes", "local", "across",
-                "step_bytes", "streamed_from", "est_gathered", "est_native");
+    std::printf("%12s  %-8s  %-13s  %12s  %14s  %12s  %13s  %12s\n", "bytes", "local", "across",
+                "step_bytes", "streamed_from", "est_gathered", "est_pipelined", "est_native");
   }
   for (const std::uint64_t bytes : s.sizes) {
     const std::uint64_t count = bytes / element;
@@ -962,6 +962,7 @@ void print_all_reduce_plan(const Settings& s, const Config& config, detail::Tran
     std::string step = "-";
     std::string streamed = "-";
     std::string est_gathered = "-";
+    std::string est_pipelined = "-";
     std::string est_native = "-";
     if (layout) {
       const auto [lo, hi] = detail::slice_of(count, 0, s.local_replicas);
@@ -977,6 +978,8 @@ void print_all_reduce_plan(const Settings& s, const Config& config, detail::Tran
       const detail::AllReduceShape modelled{.row_bytes = shape.row_bytes,
                                             .max_subtrees = layout->max_subtrees,
                                             .processes = layout->processes,
+                                            .largest_part_bytes = shape.largest_part_bytes,
+                                            .oversubscribed = layout->oversubscribed,
                                             .costs = layout->costs};
       const auto estimate = [&](double seconds, const char* name) {
         if (seconds < 0) return std::string("-");
@@ -986,6 +989,10 @@ void print_all_reduce_plan(const Settings& s, const Config& config, detail::Tran
         return std::string(text);
       };
       est_gathered = estimate(detail::gathered_seconds(modelled), "est_gathered_us");
+      est_pipelined = estimate(
+          detail::pipelined_seconds(modelled,
+                                    detail::pipelined_plan(modelled, layout->traits).step_bytes),
+          "est_pipelined_us");
       est_native = estimate(detail::native_seconds(modelled), "est_native_us");
       if (plan.algorithm == detail::AllReduceAlgorithm::kPipelined) {
         step = std::to_string(plan.step_bytes);
@@ -999,9 +1006,10 @@ void print_all_reduce_plan(const Settings& s, const Config& config, detail::Tran
     if (s.json) {
       std::printf("%s\n", j.dump().c_str());
     } else {
-      std::printf("%12llu  %-8s  %-13s  %12s  %14s  %12s  %12s\n",
+      std::printf("%12llu  %-8s  %-13s  %12s  %14s  %12s  %13s  %12s\n",
                   static_cast<unsigned long long>(bytes), local.c_str(), across.c_str(),
-                  step.c_str(), streamed.c_str(), est_gathered.c_str(), est_native.c_str());
+                  step.c_str(), streamed.c_str(), est_gathered.c_str(), est_pipelined.c_str(),
+                  est_native.c_str());
     }
   }
   std::fflush(stdout);

@@ -45,12 +45,18 @@ std::string_view to_string(AllReduceAlgorithm algorithm);
 // lines (a transport's time is not one line: OpenMPI's jumps where its rendezvous starts,
 // and a ring streams at another speed than a copy that fits in it). Zero where not
 // measured; the chooser then keeps to its fixed limits.
-inline constexpr std::array<std::size_t, 6> kCostBytes = {64,
-                                                          std::size_t{16} << 10,
-                                                          std::size_t{64} << 10,
-                                                          std::size_t{256} << 10,
-                                                          std::size_t{1} << 20,
-                                                          std::size_t{4} << 20};
+// 512 KiB is half a shared-memory ring (the largest step that stays in it, see
+// TransportTraits::shared_step_bytes); 16 MiB, past which every time is a line of the
+// memory's bandwidth.
+inline constexpr std::array<std::size_t, 8> kCostBytes = {
+    64,
+    std::size_t{16} << 10,
+    std::size_t{64} << 10,
+    std::size_t{256} << 10,
+    std::size_t{512} << 10,
+    std::size_t{1} << 20,
+    std::size_t{4} << 20,
+    std::size_t{16} << 20};
 struct TransportCosts {
   using Times = std::array<double, kCostBytes.size()>;
   // Seconds of one exchange in which every process sends that many bytes to every other
@@ -130,37 +136,45 @@ inline constexpr std::size_t kStreamBytes = std::size_t{16} << 10;
 // memory.
 std::size_t stream_from(const AllReduceShape& shape, const TransportTraits& traits);
 
-// Estimated seconds of the gathered algorithm and of the engine's own for that shape, from
-// the measured costs (both start with the frames, one small exchange): gathered, one
-// exchange of every row and the reduction of P rows; the engine's own, its all-reduce of
-// the row. Negative where the costs needed were not measured.
+// Estimated seconds of the gathered algorithm, of the pipelined one in steps of
+// `step_bytes` and of the engine's own for that shape, from the measured costs (all start
+// with the frames, one small exchange): gathered, one exchange of every row and the
+// reduction of P rows; pipelined, for each step of the largest owner part an exchange of
+// partials, the reduction of P of them and an exchange of results, each step at least its
+// share of the cost of the whole part (memory, not the caches, past them); the engine's own, its
+// all-reduce of the row. Negative where the costs needed were not measured.
 double gathered_seconds(const AllReduceShape& shape);
+double pipelined_seconds(const AllReduceShape& shape, std::size_t step_bytes);
 double native_seconds(const AllReduceShape& shape);
+
+// The pipelined plan of that shape: steps of the largest part clamped to the transport's
+// step range, or, where the transport has shared-memory rings and every replica thread a
+// core, of the largest part up to the rings' step (results then never streamed).
+AllReducePlan pipelined_plan(const AllReduceShape& shape, const TransportTraits& traits);
 
 // In frame when every process's partials fit in a frame; gathered up to kGatherBytes unless
 // that turns messages the transport sends at once into ones with a handshake (a row over
 // the eager size whose owner parts would stay under it); else the engine's own all-reduce
-// where it gives the same bits, else pipelined in steps of the largest part clamped to the
-// transport's step range.
+// where it gives the same bits, else pipelined (pipelined_plan).
 //
 // The cost model behind the engine's own: every algorithm starts with the frames (the
 // mismatch check). In frame, the data rides in them: one round trip, which nothing that
 // needs the frames first can beat. Gathered, one exchange of rows follows them: the messages
 // of the engine's own small-message algorithm (recursive doubling) for two processes, and
-// the same bytes. Pipelined, our reduce-scatter and all-gather move the bytes the engine's
-// own ring moves, in as many round trips, but through a staging row and our own polling,
-// where the engine copies straight from the peer's buffer inside its progress loop: so
-// where the engine's own gives the same bits, it takes the pipelined sizes, and it costs
-// at most what ours costs (its frames are ours). Unless the host is oversubscribed: the
-// engine's progress loop spins without yielding, and with more threads than cores a
+// the same bytes. Pipelined through the engine's messages, our reduce-scatter and
+// all-gather move the bytes the engine's own ring moves, in as many round trips, but
+// through a staging row and our own polling, where the engine copies straight from the
+// peer's buffer inside its progress loop: so, where nothing was measured and the engine's
+// own gives the same bits, it takes the pipelined sizes. Unless the host is oversubscribed:
+// the engine's progress loop spins without yielding, and with more threads than cores a
 // spinning lane takes the core of the replica or the lane it waits for (2 processes x 2
 // replicas on 2 cores: 0.5x ours at 1 MiB), where our waits yield.
 //
-// Where the job measured its exchange, its reduction and the engine's own all-reduce,
-// gathered takes the engine's sizes where gathered_seconds() is below native_seconds() by
-// kEstimateMargin, up to kGatherCapBytes: over shared memory the rings need no handshake,
-// and two processes measured 2.2x MPI_Allreduce at 64-256 KiB; past half a ring both go
-// through OpenMPI, and their times are close.
+// Where the job measured its exchange, its reduction and the engine's own all-reduce, the
+// cheaper of gathered (up to kGatherCapBytes) and pipelined takes the engine's sizes where
+// its estimate is below native_seconds() by kEstimateMargin: over shared memory no message
+// needs a handshake, and two processes measured gathered 2.2x MPI_Allreduce at 64-256 KiB
+// and pipelined through the rings 1.5-3.1x from 1 to 64 MiB.
 AllReducePlan choose_all_reduce(const AllReduceShape& shape, const TransportTraits& traits);
 
 }  // namespace replicator::detail

@@ -59,6 +59,11 @@ struct TransportTraits {
   // a message costs more than its bytes; past `max_step_bytes` nothing more is gained.
   std::size_t min_step_bytes = std::size_t{64} << 10;
   std::size_t max_step_bytes = std::size_t{4} << 20;
+  // Steps up to this size can instead stay in shared-memory rings between the processes
+  // (0: the transport has none beside its steps above). A step there costs two copies and
+  // no handshake, but both processes' threads must run at once to move it; so the chooser
+  // cuts steps to it only where every replica thread has a core.
+  std::size_t shared_step_bytes = 0;
 };
 
 class Transport {

@@ -21,7 +21,7 @@ namespace {
 
 using Clock = Transport::Clock;
 
-constexpr std::string_view kMagic = "replicator calibration 2";
+constexpr std::string_view kMagic = "replicator calibration 3";
 constexpr int kWarmup = 3;
 
 // Timed repeats at `bytes`: more where each is short.
@@ -52,31 +52,43 @@ double seconds_of(Fn&& fn) {
 // The median times at `bytes` of an exchange in which every process sends `bytes` to every
 // other, of the engine's own all-reduce, and of a reduction of two inputs: repeat by repeat
 // in turn, so that a machine whose speed drifts (this one's does, by 2x within seconds)
-// drifts under all three alike, after kWarmup untimed turns.
+// drifts under all three alike, after kWarmup untimed turns. Each collective starts right
+// after a tiny exchange that lines the processes up, so that a peer still busy with its
+// reduction is not counted as the transport's time. The three share their buffers (the
+// reduction reads two of the received rows into the sent one), so that the working set is
+// what an all-reduce of that size touches (its buffer and P rows), not twice as much.
 void time_at(const ProcessLayout& layout, std::size_t bytes, std::chrono::milliseconds timeout,
              double* exchange_s, double* native_s, double* reduce_s) {
   Transport& t = *layout.transport;
   const int P = layout.processes;
-  std::vector<std::byte> out(bytes, std::byte{1});
-  std::vector<std::byte> in(bytes * static_cast<std::size_t>(P));
-  std::vector<SendOp> sends;
-  std::vector<RecvOp> recvs;
+  const std::size_t count = bytes / sizeof(float);
+  std::vector<float> out(count, 1.0f);
+  std::vector<float> in(count * static_cast<std::size_t>(std::max(P, 2)), 2.0f);
+  std::vector<SendOp> sends, line_up_sends;
+  std::vector<RecvOp> recvs, line_up_recvs;
+  std::vector<std::uint64_t> line_up(static_cast<std::size_t>(P) + 1);
   for (int q = 0; q < P; ++q) {
     if (q == layout.rank) continue;
+    const auto at = static_cast<std::size_t>(q);
     sends.push_back({q, out.data(), bytes});
-    recvs.push_back({q, in.data() + static_cast<std::size_t>(q) * bytes, bytes});
+    recvs.push_back({q, in.data() + at * count, bytes});
+    line_up_sends.push_back({q, &line_up[P], sizeof(std::uint64_t)});
+    line_up_recvs.push_back({q, &line_up[at], sizeof(std::uint64_t)});
   }
-  const std::size_t count = bytes / sizeof(float);
-  std::vector<float> data(count, 1.0f), a(count, 1.0f), b(count, 2.0f), c(count);
+  const auto line_up_processes = [&] {
+    t.exchange(0, line_up_sends, line_up_recvs, Clock::now() + timeout);
+  };
   ReduceScratch scratch(2);
-  const void* inputs[] = {a.data(), b.data()};
-  void* outputs[] = {c.data()};
+  const void* inputs[] = {in.data(), in.data() + count};
+  void* outputs[] = {out.data()};
   std::vector<double> exchanges, natives, reductions;
   const int repeats = repeats_at(bytes);
   for (int i = -kWarmup; i < repeats; ++i) {
+    line_up_processes();
     const double e = seconds_of([&] { t.exchange(0, sends, recvs, Clock::now() + timeout); });
+    line_up_processes();
     const double n = seconds_of([&] {
-      layout.native->native_all_reduce(0, data.data(), count, DType::kF32, ReduceOp::kSum,
+      layout.native->native_all_reduce(0, out.data(), count, DType::kF32, ReduceOp::kSum,
                                        Clock::now() + timeout);
     });
     const double r = seconds_of([&] {

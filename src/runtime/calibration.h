@@ -51,7 +51,7 @@ bool needs_calibration(const ProcessLayout& layout);
 
 // Collective over every process of `layout` (each calls it once, with the same `folder`):
 // where needs_calibration(), process 0 reads the kept calibration; if there is none, or it
-// is stale, every process measures (lane 0, at each of kCostBytes from 64 B to 4 MiB: an
+// is stale, every process measures (lane 0, at each of kCostBytes from 64 B to 16 MiB: an
 // exchange between every pair, the engine's own all-reduce, and a reduction; tens of
 // milliseconds between two processes of one host), and process 0 keeps its figures. Process 0's
 // figures then reach every process. A file that cannot be written is skipped. Blocks for the

@@ -200,9 +200,9 @@ TEST(TransportCostsTest, ReadsBetweenTheMeasuredSizesOnStraightLines) {
   EXPECT_DOUBLE_EQ(TransportCosts::at(t, 16384), 2);
   // Halfway between 16 and 64 KiB.
   EXPECT_DOUBLE_EQ(TransportCosts::at(t, 40 << 10), 2.5);
-  EXPECT_DOUBLE_EQ(TransportCosts::at(t, 4 << 20), 6);
-  // Past the largest, on the last segment's line (1 per 3 MiB).
-  EXPECT_DOUBLE_EQ(TransportCosts::at(t, 7 << 20), 7);
+  EXPECT_DOUBLE_EQ(TransportCosts::at(t, 4 << 20), 7);
+  // Past the largest, on the last segment's line (1 per 12 MiB).
+  EXPECT_DOUBLE_EQ(TransportCosts::at(t, 28 << 20), 9);
   EXPECT_FALSE(TransportCosts{}.exchange_known());
   TransportCosts some;
   some.exchange_s = t;
@@ -210,41 +210,125 @@ TEST(TransportCostsTest, ReadsBetweenTheMeasuredSizesOnStraightLines) {
   EXPECT_FALSE(some.exchange_known());
 }
 
-TEST(ChooseAllReduceTest, MeasuredCostsPickGatheredOrTheEnginesOwnWhicheverIsCheaper) {
-  const auto plan = [](std::size_t row, const TransportCosts& costs, bool native = true) {
-    return choose_all_reduce({.row_bytes = row,
-                              .processes = 2,
-                              .largest_part_bytes = row / 2,
-                              .native_same_bits = native,
-                              .costs = costs},
-                             kMpiLike)
-        .algorithm;
-  };
+AllReduceAlgorithm measured_plan(std::size_t row, const TransportCosts& costs,
+                                 const TransportTraits& traits = kMpiLike, bool native = true) {
+  return choose_all_reduce({.row_bytes = row,
+                            .processes = 2,
+                            .largest_part_bytes = row / 2,
+                            .native_same_bits = native,
+                            .costs = costs},
+                           traits)
+      .algorithm;
+}
+
+// Gathered moves the row in one exchange and reduces it whole; pipelined moves the same
+// bytes in two exchanges of the owner part and reduces only the part: so gathered wins
+// where the reduction of half a row costs less than a round trip.
+TEST(ChooseAllReduceTest, MeasuredCostsPickTheCheapestOfGatheredPipelinedAndTheEnginesOwn) {
   TransportCosts costs;
   costs.exchange_s = line(1e-6, 10e9);
   costs.reduce_s = line(0, 20e9);
-  // The engine's own: a handshake of 20 us, then 20 GB/s. Gathered costs 1 us + 0.15 ns a
-  // byte, the engine's own 20 us + 0.05 ns: they cross at 190,000 bytes, and gathered stays
-  // kEstimateMargin (10%) below the engine's own up to 161,904.
+  // The engine's own: a handshake of 20 us, then 20 GB/s.
   costs.native_s = line(20e-6, 20e9);
-  EXPECT_EQ(plan(64 << 10, costs), AllReduceAlgorithm::kGathered);
-  EXPECT_EQ(plan(160000, costs), AllReduceAlgorithm::kGathered);
-  EXPECT_EQ(plan(170000, costs), AllReduceAlgorithm::kNative);  // cheaper, within the margin
-  EXPECT_EQ(plan(200000, costs), AllReduceAlgorithm::kNative);
-  EXPECT_EQ(plan(4 << 20, costs), AllReduceAlgorithm::kNative);
-  AllReduceShape at{.row_bytes = 170000, .processes = 2, .costs = costs};
-  EXPECT_LT(gathered_seconds(at), native_seconds(at));
-  // An engine's own that is always dearer: gathered up to kGatherCapBytes, no further.
-  costs.native_s = line(1e-3, 1e9);
-  EXPECT_EQ(plan(kGatherCapBytes, costs), AllReduceAlgorithm::kGathered);
-  EXPECT_EQ(plan(kGatherCapBytes + 64, costs), AllReduceAlgorithm::kNative);
+  // 20,000 bytes: gathered 1 + 2 + 1 = 4 us, pipelined 2 x (1 + 1) + 0.5 = 4.5 us, the
+  // engine's own 21 us.
+  EXPECT_EQ(measured_plan(20000, costs), AllReduceAlgorithm::kGathered);
+  AllReduceShape small{.row_bytes = 20000, .processes = 2, .largest_part_bytes = 10000};
+  small.costs = costs;
+  EXPECT_DOUBLE_EQ(gathered_seconds(small), 4e-6);
+  EXPECT_DOUBLE_EQ(pipelined_seconds(small, std::size_t{2} << 20), 4.5e-6);
+  EXPECT_DOUBLE_EQ(native_seconds(small), 21e-6);
+  // 220,000 bytes: pipelined 2 x (1 + 11) + 5.5 = 29.5 us, gathered 1 + 22 + 11 = 34 us,
+  // the engine's own 31 us: pipelined is cheaper, but within kEstimateMargin (10%).
+  EXPECT_EQ(measured_plan(220000, costs), AllReduceAlgorithm::kNative);
+  // 100,000 bytes: pipelined 2 x (1 + 5) + 2.5 = 14.5 us against 25 us.
+  EXPECT_EQ(measured_plan(100000, costs), AllReduceAlgorithm::kPipelined);
+  EXPECT_EQ(measured_plan(4 << 20, costs), AllReduceAlgorithm::kNative);
   // Frames still come first; and without the engine's own the costs decide nothing.
-  EXPECT_EQ(plan(1000, costs), AllReduceAlgorithm::kInFrame);
-  EXPECT_EQ(plan(1 << 20, costs, false), AllReduceAlgorithm::kPipelined);
+  EXPECT_EQ(measured_plan(1000, costs), AllReduceAlgorithm::kInFrame);
+  EXPECT_EQ(measured_plan(1 << 20, costs, kMpiLike, false), AllReduceAlgorithm::kPipelined);
+  EXPECT_EQ(measured_plan(16 << 10, costs, kMpiLike, false), AllReduceAlgorithm::kGathered);
+
+  // A dear round trip and a cheap reduction: gathered up to kGatherCapBytes, no further (every
+  // process would hold all the others' partials at once).
+  costs.exchange_s = line(50e-6, 10e9);
+  costs.reduce_s = line(0, 1e12);
+  costs.native_s = line(1e-3, 1e9);
+  EXPECT_EQ(measured_plan(kGatherCapBytes, costs), AllReduceAlgorithm::kGathered);
+  EXPECT_EQ(measured_plan(kGatherCapBytes + 64, costs), AllReduceAlgorithm::kPipelined);
+
   // Costs not measured (zero): the fixed limits.
-  EXPECT_EQ(plan(64 << 10, TransportCosts{}), AllReduceAlgorithm::kNative);
+  EXPECT_EQ(measured_plan(64 << 10, TransportCosts{}), AllReduceAlgorithm::kNative);
   EXPECT_LT(gathered_seconds({.row_bytes = 1 << 20}), 0);
+  EXPECT_LT(pipelined_seconds({.row_bytes = 1 << 20}, 1 << 20), 0);
   EXPECT_LT(native_seconds({.row_bytes = 1 << 20}), 0);
+}
+
+constexpr TransportTraits kMpiOverRings{.receives_shorter = true,
+                                        .streamed_results = true,
+                                        .eager_bytes = std::size_t{16} << 10,
+                                        .min_step_bytes = std::size_t{2} << 20,
+                                        .max_step_bytes = std::size_t{2} << 20,
+                                        .shared_step_bytes = std::size_t{512} << 10};
+
+// Steps that stay in the shared-memory rings where every replica thread has a core: one
+// step per part up to the rings' step, results never streamed (the peers copy them out of
+// the rings, not out of this process's memory); with more threads than cores, the steps
+// through the engine's messages.
+TEST(ChooseAllReduceTest, PipelinedStepsStayInTheRingsWhereEveryThreadHasACore) {
+  const AllReducePlan big = plan_for(std::size_t{64} << 20, 1, 2, kMpiOverRings);
+  EXPECT_EQ(big.algorithm, AllReduceAlgorithm::kPipelined);
+  EXPECT_EQ(big.step_bytes, std::size_t{512} << 10);
+  EXPECT_FALSE(big.receives_ahead);
+  EXPECT_EQ(big.stream_bytes, std::numeric_limits<std::size_t>::max());
+  EXPECT_EQ(plan_for(std::size_t{512} << 10, 1, 2, kMpiOverRings).step_bytes,
+            std::size_t{256} << 10);
+  AllReduceShape crowded{.row_bytes = std::size_t{64} << 20,
+                         .max_subtrees = 2,
+                         .processes = 2,
+                         .largest_part_bytes = std::size_t{32} << 20,
+                         .oversubscribed = true};
+  const AllReducePlan through_messages = choose_all_reduce(crowded, kMpiOverRings);
+  EXPECT_EQ(through_messages.step_bytes, std::size_t{2} << 20);
+  EXPECT_EQ(through_messages.stream_bytes, kStreamBytes);
+
+  // Measured: the rings' steps take the engine's sizes where their estimate is cheaper.
+  // 64 MiB in 64 steps of 512 KiB, each 2 x (1 + 26.2) + 26.2 us: 5.2 ms, against 16.8 ms
+  // for an engine's own of 4 GB/s, and 3.4 ms for one of 20 GB/s.
+  TransportCosts costs;
+  costs.exchange_s = line(1e-6, 20e9);
+  costs.reduce_s = line(0, 20e9);
+  costs.native_s = line(20e-6, 4e9);
+  EXPECT_EQ(measured_plan(std::size_t{64} << 20, costs, kMpiOverRings),
+            AllReduceAlgorithm::kPipelined);
+  costs.native_s = line(20e-6, 20e9);
+  EXPECT_EQ(measured_plan(std::size_t{64} << 20, costs, kMpiOverRings),
+            AllReduceAlgorithm::kNative);
+
+  // Past the caches a step costs its share of the whole part's streaming from memory: with
+  // 20 GB/s up to 1 MiB and 2 GB/s from 4 MiB, 64 MiB (parts of 32 MiB) costs 2 x 16.8 +
+  // 16.8 ms, not 5.2 ms, and the engine's own of 4 GB/s (16.8 ms) is cheaper.
+  for (std::size_t i = 0; i < kCostBytes.size(); ++i) {
+    if (kCostBytes[i] >= (std::size_t{4} << 20)) {
+      costs.exchange_s[i] = static_cast<double>(kCostBytes[i]) / 2e9;
+      costs.reduce_s[i] = static_cast<double>(kCostBytes[i]) / 2e9;
+    }
+  }
+  costs.native_s = line(20e-6, 4e9);
+  const AllReduceShape streamed{.row_bytes = std::size_t{64} << 20,
+                                .processes = 2,
+                                .largest_part_bytes = std::size_t{32} << 20,
+                                .costs = costs};
+  EXPECT_NEAR(pipelined_seconds(streamed, std::size_t{512} << 10), 3 * (32 << 20) / 2e9, 1e-9);
+  EXPECT_EQ(measured_plan(std::size_t{64} << 20, costs, kMpiOverRings),
+            AllReduceAlgorithm::kNative);
+  // 1 MiB (parts of 512 KiB) still costs its steps: 2 x (1 + 26.2) + 26.2 us = 80.6 us.
+  const AllReduceShape cached{.row_bytes = std::size_t{1} << 20,
+                              .processes = 2,
+                              .largest_part_bytes = std::size_t{512} << 10,
+                              .costs = costs};
+  EXPECT_NEAR(pipelined_seconds(cached, std::size_t{512} << 10),
+              2 * (1e-6 + (512 << 10) / 20e9) + (512 << 10) / 20e9, 1e-9);
 }
 
 TEST(HostPolicyTest, SpinsOnlyWhileEveryReplicaThreadHasACore) {

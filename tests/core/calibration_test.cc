@@ -159,7 +159,7 @@ TEST(CalibrateTest, MeasuresOnceKeepsItAndEveryProcessPlansWithProcessZerosFigur
   std::ifstream in(first[0].path);
   std::string magic;
   std::getline(in, magic);
-  EXPECT_EQ(magic, "replicator calibration 2");
+  EXPECT_EQ(magic, "replicator calibration 3");
   std::filesystem::remove_all(folder);
 }
 
