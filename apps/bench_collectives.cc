@@ -989,10 +989,10 @@ void print_all_reduce_plan(const Settings& s, const Config& config, detail::Tran
         return std::string(text);
       };
       est_gathered = estimate(detail::gathered_seconds(modelled), "est_gathered_us");
-      est_pipelined = estimate(
-          detail::pipelined_seconds(modelled,
-                                    detail::pipelined_plan(modelled, layout->traits).step_bytes),
-          "est_pipelined_us");
+      est_pipelined =
+          estimate(detail::pipelined_seconds(
+                       modelled, detail::pipelined_plan(modelled, layout->traits).step_bytes),
+                   "est_pipelined_us");
       est_native = estimate(detail::native_seconds(modelled), "est_native_us");
       if (plan.algorithm == detail::AllReduceAlgorithm::kPipelined) {
         step = std::to_string(plan.step_bytes);

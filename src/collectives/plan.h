@@ -48,15 +48,14 @@ std::string_view to_string(AllReduceAlgorithm algorithm);
 // 512 KiB is half a shared-memory ring (the largest step that stays in it, see
 // TransportTraits::shared_step_bytes); 16 MiB, past which every time is a line of the
 // memory's bandwidth.
-inline constexpr std::array<std::size_t, 8> kCostBytes = {
-    64,
-    std::size_t{16} << 10,
-    std::size_t{64} << 10,
-    std::size_t{256} << 10,
-    std::size_t{512} << 10,
-    std::size_t{1} << 20,
-    std::size_t{4} << 20,
-    std::size_t{16} << 20};
+inline constexpr std::array<std::size_t, 8> kCostBytes = {64,
+                                                          std::size_t{16} << 10,
+                                                          std::size_t{64} << 10,
+                                                          std::size_t{256} << 10,
+                                                          std::size_t{512} << 10,
+                                                          std::size_t{1} << 20,
+                                                          std::size_t{4} << 20,
+                                                          std::size_t{16} << 20};
 struct TransportCosts {
   using Times = std::array<double, kCostBytes.size()>;
   // Seconds of one exchange in which every process sends that many bytes to every other
@@ -173,8 +172,9 @@ AllReducePlan pipelined_plan(const AllReduceShape& shape, const TransportTraits&
 // Where the job measured its exchange, its reduction and the engine's own all-reduce, the
 // cheaper of gathered (up to kGatherCapBytes) and pipelined takes the engine's sizes where
 // its estimate is below native_seconds() by kEstimateMargin: over shared memory no message
-// needs a handshake, and two processes measured gathered 2.2x MPI_Allreduce at 64-256 KiB
-// and pipelined through the rings 1.5-3.1x from 1 to 64 MiB.
+// needs a handshake: two processes measured gathered 2.2x MPI_Allreduce at 64-256 KiB, and
+// pipelined through the rings 1.07-3.31x from 16 KiB to 1 MiB in every run of
+// bench/results/2026-12-04-mpi-chooser (past the caches the engine's own is as fast).
 AllReducePlan choose_all_reduce(const AllReduceShape& shape, const TransportTraits& traits);
 
 }  // namespace replicator::detail

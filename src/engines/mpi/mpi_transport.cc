@@ -318,9 +318,9 @@ class MpiTransport final : public Transport, public NativeCollectives {
   TransportTraits traits() const override {
     // Steps through OpenMPI: every step is a round trip, so 2 MiB steps (a 4 MiB
     // all-reduce over two processes moves each part at once) measured best from 1 to
-    // 16 MiB. Steps of half a ring stay in the shared-memory rings: two processes with a
-    // core each measured 1.5x (4 MiB) to 3.1x (64 MiB) MPI_Allreduce with them, 0.8x
-    // (4 MiB) to 2.0x (64 MiB) with 2 MiB steps through OpenMPI.
+    // 16 MiB. Steps of half a ring stay in the shared-memory rings, with no round trip:
+    // the chooser takes them where its calibration says they are cheaper (two processes
+    // with a core each: up to 1 MiB, bench/results/2026-12-04-mpi-chooser).
     return {.receives_ahead = false,
             .receives_shorter = true,
             .streamed_results = true,
