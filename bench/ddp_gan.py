@@ -63,8 +63,9 @@ import gzip
 import json
 import math
 import os
-import socket
+import shutil
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -222,11 +223,10 @@ def replicas_agree(modules):
     return bool(ok.item()), [mine, ref, ok]
 
 
-def worker(rank, args, port, queue):
+def worker(rank, args, rendezvous, queue):
     torch.set_num_threads(args.threads)
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=args.processes)
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank,
+                            world_size=args.processes)
     torch.manual_seed(args.seed)
     g_net = Generator(args.width)
     d_net = Discriminator(args.width)
@@ -328,12 +328,16 @@ def main():
             or args.warmup < 0 or args.d_steps < 1 or args.width < 1:
         p.error(f"--batch {args.batch} must split evenly over --processes "
                 f"{args.processes}; --steps, --d-steps and --width must be at least 1")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    # Rendezvous through a file, not a port picked here and bound later: no other program
+    # can take it in between.
+    folder = tempfile.mkdtemp(prefix="ddp-rendezvous-")
+    rendezvous = os.path.join(folder, "store")
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    mp.spawn(worker, args=(args, port, queue), nprocs=args.processes, join=True)
+    try:
+        mp.spawn(worker, args=(args, rendezvous, queue), nprocs=args.processes, join=True)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     r = queue.get()
     rate = args.steps * args.batch / r["seconds"]
     if args.check:

@@ -9,7 +9,8 @@ import argparse
 import gzip
 import json
 import os
-import socket
+import shutil
+import tempfile
 import time
 
 import numpy as np
@@ -68,11 +69,10 @@ def load_train():
     return x, torch.tensor(y).long()
 
 
-def worker(rank, args, port, queue):
+def worker(rank, args, rendezvous, queue):
     torch.set_num_threads(args.threads)
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=args.processes)
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank,
+                            world_size=args.processes)
     torch.manual_seed(0)
     net = ResNet()
     if args.channels_last:
@@ -112,12 +112,16 @@ def main():
     p.add_argument("--channels-last", action="store_true",
                    help="lay out the network's weights channels last")
     args = p.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    # Rendezvous through a file, not a port picked here and bound later: no other program
+    # can take it in between.
+    folder = tempfile.mkdtemp(prefix="ddp-rendezvous-")
+    rendezvous = os.path.join(folder, "store")
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    mp.spawn(worker, args=(args, port, queue), nprocs=args.processes, join=True)
+    try:
+        mp.spawn(worker, args=(args, rendezvous, queue), nprocs=args.processes, join=True)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     rate = queue.get()
     print(json.dumps({"type": "train", "engine": "ddp-gloo", "processes": args.processes,
                       "replicas": args.processes, "threads": args.threads,
