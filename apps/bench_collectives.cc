@@ -930,6 +930,8 @@ void print_all_reduce_plan(const Settings& s, const Config& config, detail::Tran
         for (const std::size_t bytes : detail::kCostBytes) std::printf(" %zu", bytes);
         std::printf(" bytes:\n#   exchange between every pair:");
         for (const double t : c.exchange_s) std::printf(" %.2f", t * 1e6);
+        std::printf("\n#   the same in the pipelined plan's steps:");
+        for (const double t : c.stepped_s) std::printf(" %.2f", t * 1e6);
         std::printf("\n#   engine's own all-reduce:");
         for (const double t : c.native_s) std::printf(" %.2f", t * 1e6);
         std::printf("\n#   reduction of two inputs:");

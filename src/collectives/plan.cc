@@ -61,7 +61,10 @@ double pipelined_seconds(const AllReduceShape& shape, std::size_t step_bytes) {
   const auto per_step = [&](const TransportCosts::Times& times) {
     return std::max(TransportCosts::at(times, step), TransportCosts::at(times, part) / steps);
   };
-  return steps * (2 * per_step(c.exchange_s) + others * per_step(c.reduce_s));
+  // The part's exchange in steps as measured, where it was (and the steps were the rings').
+  const double exchange =
+      c.stepped_known() ? TransportCosts::at(c.stepped_s, part) : steps * per_step(c.exchange_s);
+  return 2 * exchange + steps * others * per_step(c.reduce_s);
 }
 
 double native_seconds(const AllReduceShape& shape) {

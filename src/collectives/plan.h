@@ -61,6 +61,13 @@ struct TransportCosts {
   // Seconds of one exchange in which every process sends that many bytes to every other
   // (the transport as the collectives use it: through shared memory, MPI or TCP).
   Times exchange_s{};
+  // Seconds of the same exchange cut into the steps the pipelined plan takes for a part
+  // that large (pipelined_plan), one exchange a step at walking offsets: how the pipelined
+  // all-reduce moves a part (through the shared-memory rings, where the transport has
+  // them). A transport's larger messages may take another path (OpenMPI's own, past the
+  // rings' size), so a part in steps costs what neither one message nor one step says.
+  // Equal to exchange_s where the part is one step.
+  Times stepped_s{};
   // Seconds of the engine's own all-reduce of that many bytes (where it has one).
   Times native_s{};
   // Seconds of a reduction of two inputs of that many bytes into a third (f32 sum, in this
@@ -68,6 +75,7 @@ struct TransportCosts {
   Times reduce_s{};
 
   bool exchange_known() const { return known(exchange_s); }
+  bool stepped_known() const { return known(stepped_s); }
   bool native_known() const { return known(native_s); }
   bool reduce_known() const { return known(reduce_s); }
   static bool known(const Times& times) {
@@ -138,10 +146,13 @@ std::size_t stream_from(const AllReduceShape& shape, const TransportTraits& trai
 // Estimated seconds of the gathered algorithm, of the pipelined one in steps of
 // `step_bytes` and of the engine's own for that shape, from the measured costs (all start
 // with the frames, one small exchange): gathered, one exchange of every row and the
-// reduction of P rows; pipelined, for each step of the largest owner part an exchange of
-// partials, the reduction of P of them and an exchange of results, each step at least its
-// share of the cost of the whole part (memory, not the caches, past them); the engine's own, its
-// all-reduce of the row. Negative where the costs needed were not measured.
+// reduction of P rows; pipelined, the largest owner part's partials and then its results
+// exchanged in steps (stepped_s where measured, in the steps of pipelined_plan, which
+// `step_bytes` is then; else each step an exchange_s of its size
+// or its share of the whole part's, whichever is dearer) and each step's reduction of P
+// partials, at least its share of the whole part's (memory, not the caches, past them);
+// the engine's own, its all-reduce of the row. Negative where the costs needed were not
+// measured.
 double gathered_seconds(const AllReduceShape& shape);
 double pipelined_seconds(const AllReduceShape& shape, std::size_t step_bytes);
 double native_seconds(const AllReduceShape& shape);
@@ -174,7 +185,9 @@ AllReducePlan pipelined_plan(const AllReduceShape& shape, const TransportTraits&
 // its estimate is below native_seconds() by kEstimateMargin: over shared memory no message
 // needs a handshake: two processes measured gathered 2.2x MPI_Allreduce at 64-256 KiB, and
 // pipelined through the rings 1.07-3.31x from 16 KiB to 1 MiB in every run of
-// bench/results/2026-12-04-mpi-chooser (past the caches the engine's own is as fast).
+// bench/results/2026-12-04-mpi-chooser; with the part's steps through the rings measured
+// (stepped_s), 1.43-2.18x at 4 and 16 MiB where the calibration picked them, and the
+// engine's own where it did not (bench/results/2026-12-04-stepped-calibration).
 AllReducePlan choose_all_reduce(const AllReduceShape& shape, const TransportTraits& traits);
 
 }  // namespace replicator::detail

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -21,7 +22,7 @@ namespace {
 
 using Clock = Transport::Clock;
 
-constexpr std::string_view kMagic = "replicator calibration 3";
+constexpr std::string_view kMagic = "replicator calibration 4";
 constexpr int kWarmup = 3;
 
 // Timed repeats at `bytes`: more where each is short.
@@ -50,15 +51,16 @@ double seconds_of(Fn&& fn) {
 }
 
 // The median times at `bytes` of an exchange in which every process sends `bytes` to every
-// other, of the engine's own all-reduce, and of a reduction of two inputs: repeat by repeat
+// other, of that exchange in the pipelined plan's steps, of the engine's own all-reduce, and
+// of a reduction of two inputs: repeat by repeat
 // in turn, so that a machine whose speed drifts (this one's does, by 2x within seconds)
-// drifts under all three alike, after kWarmup untimed turns. Each collective starts right
+// drifts under all four alike, after kWarmup untimed turns. Each collective starts right
 // after a tiny exchange that lines the processes up, so that a peer still busy with its
-// reduction is not counted as the transport's time. The three share their buffers (the
+// reduction is not counted as the transport's time. The four share their buffers (the
 // reduction reads two of the received rows into the sent one), so that the working set is
 // what an all-reduce of that size touches (its buffer and P rows), not twice as much.
 void time_at(const ProcessLayout& layout, std::size_t bytes, std::chrono::milliseconds timeout,
-             double* exchange_s, double* native_s, double* reduce_s) {
+             double* exchange_s, double* stepped_s, double* native_s, double* reduce_s) {
   Transport& t = *layout.transport;
   const int P = layout.processes;
   const std::size_t count = bytes / sizeof(float);
@@ -78,14 +80,38 @@ void time_at(const ProcessLayout& layout, std::size_t bytes, std::chrono::millis
   const auto line_up_processes = [&] {
     t.exchange(0, line_up_sends, line_up_recvs, Clock::now() + timeout);
   };
+  // The steps the pipelined all-reduce cuts a part of `bytes` into, each an exchange of the
+  // next piece of every row.
+  const std::size_t step = std::max<std::size_t>(
+      1, pipelined_plan({.largest_part_bytes = bytes}, layout.traits).step_bytes);
+  const bool stepped = step < bytes;
+  std::vector<SendOp> step_sends;
+  std::vector<RecvOp> step_recvs;
+  const auto exchange_in_steps = [&] {
+    for (std::size_t at = 0; at < bytes; at += step) {
+      const std::size_t n = std::min(step, bytes - at);
+      step_sends.clear();
+      step_recvs.clear();
+      for (std::size_t i = 0; i < sends.size(); ++i) {
+        step_sends.push_back({sends[i].peer, static_cast<const std::byte*>(sends[i].data) + at, n});
+        step_recvs.push_back({recvs[i].peer, static_cast<std::byte*>(recvs[i].data) + at, n});
+      }
+      t.exchange(0, step_sends, step_recvs, Clock::now() + timeout);
+    }
+  };
   ReduceScratch scratch(2);
   const void* inputs[] = {in.data(), in.data() + count};
   void* outputs[] = {out.data()};
-  std::vector<double> exchanges, natives, reductions;
+  std::vector<double> exchanges, steps, natives, reductions;
   const int repeats = repeats_at(bytes);
   for (int i = -kWarmup; i < repeats; ++i) {
     line_up_processes();
     const double e = seconds_of([&] { t.exchange(0, sends, recvs, Clock::now() + timeout); });
+    double s = e;
+    if (stepped) {
+      line_up_processes();
+      s = seconds_of(exchange_in_steps);
+    }
     line_up_processes();
     const double n = seconds_of([&] {
       layout.native->native_all_reduce(0, out.data(), count, DType::kF32, ReduceOp::kSum,
@@ -96,12 +122,22 @@ void time_at(const ProcessLayout& layout, std::size_t bytes, std::chrono::millis
     });
     if (i < 0) continue;
     exchanges.push_back(e);
+    steps.push_back(s);
     natives.push_back(n);
     reductions.push_back(r);
   }
   *exchange_s = median(exchanges);
+  *stepped_s = median(steps);
   *native_s = median(natives);
   *reduce_s = median(reductions);
+}
+
+// The lines of figures in a calibration's file, in their order.
+std::array<std::pair<std::string_view, TransportCosts::Times*>, 4> rows_of(TransportCosts& c) {
+  return {{{"exchange_s", &c.exchange_s},
+           {"stepped_s", &c.stepped_s},
+           {"native_s", &c.native_s},
+           {"reduce_s", &c.reduce_s}}};
 }
 
 // Process 0's flag and figures to every process (lane 0).
@@ -126,7 +162,8 @@ void share(const ProcessLayout& layout, std::uint64_t* flag, TransportCosts* cos
 TransportCosts measure(const ProcessLayout& layout, std::chrono::milliseconds timeout) {
   TransportCosts c;
   for (std::size_t i = 0; i < kCostBytes.size(); ++i) {
-    time_at(layout, kCostBytes[i], timeout, &c.exchange_s[i], &c.native_s[i], &c.reduce_s[i]);
+    time_at(layout, kCostBytes[i], timeout, &c.exchange_s[i], &c.stepped_s[i], &c.native_s[i],
+            &c.reduce_s[i]);
   }
   return c;
 }
@@ -166,6 +203,7 @@ std::string calibration_key(const ProcessLayout& layout) {
   key += " eager=" + std::to_string(t.eager_bytes);
   key += " steps=" + std::to_string(t.min_step_bytes) + "-" + std::to_string(t.max_step_bytes);
   key += " shorter=" + std::to_string(t.receives_shorter ? 1 : 0);
+  key += " shared=" + std::to_string(t.shared_step_bytes);
   key += " host=" + ShmMesh::host_identity();
   return key;
 }
@@ -204,9 +242,8 @@ std::string format_calibration(const std::string& key, const TransportCosts& cos
   out << "bytes";
   for (const std::size_t b : kCostBytes) out << " " << b;
   out << "\n";
-  for (const auto& [name, times] :
-       {std::pair{"exchange_s", &costs.exchange_s}, std::pair{"native_s", &costs.native_s},
-        std::pair{"reduce_s", &costs.reduce_s}}) {
+  TransportCosts figures = costs;
+  for (const auto& [name, times] : rows_of(figures)) {
     out << name;
     for (const double t : *times) out << " " << t;
     out << "\n";
@@ -221,7 +258,10 @@ std::optional<TransportCosts> parse_calibration(std::string_view text, const std
   if (!std::getline(in, line) || line != kMagic) return std::nullopt;
   if (!std::getline(in, line) || line != "key " + key) return std::nullopt;
   std::string expected_bytes = "bytes";
-  for (const std::size_t b : kCostBytes) expected_bytes += " " + std::to_string(b);
+  for (const std::size_t b : kCostBytes) {
+    expected_bytes += ' ';
+    expected_bytes += std::to_string(b);
+  }
   TransportCosts costs;
   std::optional<long long> measured;
   bool bytes = false;
@@ -240,12 +280,16 @@ std::optional<TransportCosts> parse_calibration(std::string_view text, const std
       if (!(fields >> seconds)) return std::nullopt;
       measured = seconds;
     } else {
-      TransportCosts::Times* times = name == "exchange_s" ? &costs.exchange_s
-                                     : name == "native_s" ? &costs.native_s
-                                     : name == "reduce_s" ? &costs.reduce_s
-                                                          : nullptr;
+      TransportCosts::Times* times = nullptr;
+      unsigned bit = 0;
+      const auto rows = rows_of(costs);
+      for (std::size_t r = 0; r < rows.size(); ++r) {
+        if (name == rows[r].first) {
+          times = rows[r].second;
+          bit = 1u << r;
+        }
+      }
       if (times == nullptr) return std::nullopt;
-      const unsigned bit = times == &costs.exchange_s ? 1u : times == &costs.native_s ? 2u : 4u;
       if ((figures & bit) != 0) return std::nullopt;
       figures |= bit;
       for (double& t : *times) {
@@ -259,7 +303,7 @@ std::optional<TransportCosts> parse_calibration(std::string_view text, const std
     std::string rest;
     if (fields >> rest) return std::nullopt;
   }
-  if (!measured || !bytes || figures != 7) return std::nullopt;
+  if (!measured || !bytes || figures != (1u << rows_of(costs).size()) - 1) return std::nullopt;
   const auto at = std::chrono::system_clock::time_point(std::chrono::seconds(*measured));
   if (at > now || now - at > kCalibrationLifetime) return std::nullopt;
   return costs;

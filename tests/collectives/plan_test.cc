@@ -331,6 +331,35 @@ TEST(ChooseAllReduceTest, PipelinedStepsStayInTheRingsWhereEveryThreadHasACore) 
               2 * (1e-6 + (512 << 10) / 20e9) + (512 << 10) / 20e9, 1e-9);
 }
 
+// Where the exchange in the rings' steps was measured, the part moves at that cost, not at
+// one message's: OpenMPI sends a message past the rings' size its own way, and a large one
+// measured at 10 GB/s says nothing of 16 steps through the rings at 2.5 GB/s.
+TEST(ChooseAllReduceTest, APartInStepsCostsWhatItsStepsWereMeasuredToCost) {
+  TransportCosts costs;
+  costs.exchange_s = line(1e-6, 10e9);
+  costs.reduce_s = line(0, 20e9);
+  costs.native_s = line(20e-6, 10e9);
+  const AllReduceShape shape{.row_bytes = std::size_t{16} << 20,
+                             .processes = 2,
+                             .largest_part_bytes = std::size_t{8} << 20,
+                             .costs = costs};
+  const std::size_t step = std::size_t{512} << 10;
+  // Not measured in steps: 16 steps of (2 x (1 + 52.4) + 26.2) us = 2.13 ms, against the
+  // engine's own 1.70 ms.
+  EXPECT_NEAR(pipelined_seconds(shape, step), 16 * (2 * (1e-6 + step / 10e9) + step / 20e9), 1e-9);
+  // The rings' steps at 20 GB/s: 2 x 0.42 + 0.42 ms = 1.26 ms, below the engine's own.
+  costs.stepped_s = line(0, 20e9);
+  EXPECT_EQ(measured_plan(std::size_t{16} << 20, costs, kMpiOverRings),
+            AllReduceAlgorithm::kPipelined);
+  // At 2.5 GB/s: 2 x 3.36 + 0.42 ms = 7.1 ms, and the engine's own (1.70 ms) takes it.
+  costs.stepped_s = line(0, 2.5e9);
+  AllReduceShape slow = shape;
+  slow.costs = costs;
+  EXPECT_NEAR(pipelined_seconds(slow, step), 2 * (8 << 20) / 2.5e9 + (8 << 20) / 20e9, 1e-9);
+  EXPECT_EQ(measured_plan(std::size_t{16} << 20, costs, kMpiOverRings),
+            AllReduceAlgorithm::kNative);
+}
+
 TEST(HostPolicyTest, SpinsOnlyWhileEveryReplicaThreadHasACore) {
   const microseconds spin(50);
   const HostPolicy fits = host_policy(2, 1, 4, spin);

@@ -22,6 +22,7 @@ TransportCosts some_costs() {
   TransportCosts c;
   for (std::size_t i = 0; i < kCostBytes.size(); ++i) {
     c.exchange_s[i] = 1e-6 * static_cast<double>(i + 1) / 3;  // not a short decimal
+    c.stepped_s[i] = 1e-6 * static_cast<double>(i + 2) / 7;
     c.native_s[i] = 2e-6 * static_cast<double>(i + 1);
     c.reduce_s[i] = 1e-7 * static_cast<double>(i + 1);
   }
@@ -29,7 +30,8 @@ TransportCosts some_costs() {
 }
 
 bool same(const TransportCosts& a, const TransportCosts& b) {
-  return a.exchange_s == b.exchange_s && a.native_s == b.native_s && a.reduce_s == b.reduce_s;
+  return a.exchange_s == b.exchange_s && a.stepped_s == b.stepped_s && a.native_s == b.native_s &&
+         a.reduce_s == b.reduce_s;
 }
 
 // A fresh folder under the test's temporary directory.
@@ -71,8 +73,8 @@ TEST(CalibrationFileTest, RefusesTextThatIsNotAWholeCalibration) {
     out.replace(out.find(from), from.size(), to);
     return out;
   };
-  for (const std::string& line :
-       {"replicator", "key", "measured", "bytes", "exchange_s", "native_s", "reduce_s"}) {
+  for (const std::string& line : {"replicator", "key", "measured", "bytes", "exchange_s",
+                                  "stepped_s", "native_s", "reduce_s"}) {
     EXPECT_FALSE(parse_calibration(without(line), "k", now).has_value()) << "without " << line;
   }
   EXPECT_FALSE(parse_calibration("", "k", now).has_value());
@@ -81,6 +83,9 @@ TEST(CalibrationFileTest, RefusesTextThatIsNotAWholeCalibration) {
   EXPECT_FALSE(parse_calibration(replaced("native_s ", "native_s nan "), "k", now).has_value());
   EXPECT_FALSE(parse_calibration(replaced("reduce_s ", "reduce_s x"), "k", now).has_value());
   EXPECT_FALSE(parse_calibration(good + "native_s 1 2 3 4 5 6\n", "k", now).has_value());
+  EXPECT_FALSE(parse_calibration(replaced("stepped_s ", "stepped_s inf "), "k", now).has_value());
+  // A calibration of the format before stepped exchanges were measured.
+  EXPECT_FALSE(parse_calibration(replaced("calibration 4", "calibration 3"), "k", now).has_value());
   EXPECT_FALSE(parse_calibration(good + "speed 1\n", "k", now).has_value());
   // A line with a time too many.
   const std::size_t at = good.find("\nreduce_s ");
@@ -136,6 +141,7 @@ TEST(CalibrateTest, MeasuresOnceKeepsItAndEveryProcessPlansWithProcessZerosFigur
   ASSERT_EQ(first.size(), 2u);
   EXPECT_TRUE(first[0].measured);
   EXPECT_TRUE(first[0].costs.exchange_known());
+  EXPECT_TRUE(first[0].costs.stepped_known());
   EXPECT_TRUE(first[0].costs.native_known());
   EXPECT_TRUE(first[0].costs.reduce_known());
   EXPECT_TRUE(same(first[0].costs, first[1].costs));  // process 0's figures everywhere
@@ -159,7 +165,7 @@ TEST(CalibrateTest, MeasuresOnceKeepsItAndEveryProcessPlansWithProcessZerosFigur
   std::ifstream in(first[0].path);
   std::string magic;
   std::getline(in, magic);
-  EXPECT_EQ(magic, "replicator calibration 3");
+  EXPECT_EQ(magic, "replicator calibration 4");
   std::filesystem::remove_all(folder);
 }
 

@@ -320,7 +320,8 @@ class MpiTransport final : public Transport, public NativeCollectives {
     // all-reduce over two processes moves each part at once) measured best from 1 to
     // 16 MiB. Steps of half a ring stay in the shared-memory rings, with no round trip:
     // the chooser takes them where its calibration says they are cheaper (two processes
-    // with a core each: up to 1 MiB, bench/results/2026-12-04-mpi-chooser).
+    // with a core each: up to 1 MiB in every run, and up to 64 MiB in some,
+    // bench/results/2026-12-04-stepped-calibration).
     return {.receives_ahead = false,
             .receives_shorter = true,
             .streamed_results = true,
