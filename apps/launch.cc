@@ -300,7 +300,7 @@ Command add_launch(CLI::App& app) {
       "if a process exits non-zero or dies by a signal, the others are stopped (SIGTERM, then "
       "SIGKILL after 2 s) and the launcher exits 1; with --actors, an actor that fails is "
       "restarted instead. Elastic jobs run on the gloo engine only; "
-      "see the README (Elastic jobs) for what a restart guarantees.");
+      "see docs/launching.md (Elastic jobs) for what a restart guarantees.");
   return {
       sub, [flags, processes]() -> int {
         if (processes->count() == 0) {

@@ -52,7 +52,7 @@ one step being the D steps plus the G step. With --json the last stdout line is
 "batch": .., "width": .., "d_steps": .., "steps": .., "warmup": .., "seconds": ..,
 "images_per_s": .., "loss_d": .., "loss_g": ..}, the losses those of the last step
 averaged over replicas. The caller sets the allocator (glibc's default is several times
-slower for these small tensors than jemalloc without purging; see the README).
+slower for these small tensors than jemalloc without purging; see docs/performance.md).
 
 --check is the self-test: 2 processes, 3 steps at global batch 8, width 8; it fails unless
 the losses are finite and every replica ends with the same parameters and the same

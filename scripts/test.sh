@@ -20,6 +20,8 @@ echo "== release build and tests"
 "$root/scripts/build.sh" "$root/build" "${full[@]}"
 echo "== lint: line length, clang-format (whole tree), clang-tidy (the layers below LibTorch)"
 LINT_ALL=1 LINT_TIDY=core LINT_JOBS=2 "$root/scripts/lint.sh" "$root/build"
+echo "== links: every relative link and image in README.md, docs/, apps/ and bench/ resolves"
+"$root/scripts/check_links.sh"
 run_ctest --test-dir "$root/build" -j2 -L unit
 echo "== multi-process tests (mpi, gloo); the slow ones: scripts/slow_tests.sh"
 run_ctest --test-dir "$root/build" -L multiproc -LE slow

@@ -23,7 +23,7 @@ double seconds_since(Clock::time_point t) {
 }
 
 // The training of cas_training_options(), measured on the real training set (one replica,
-// 2 threads; the README's evaluation section): with the train job's augmentation 3, 4 and 5
+// 2 threads; docs/torch.md, Sample quality): with the train job's augmentation 3, 4 and 5
 // epochs reach 89.0, 90.4 and 90.9 % test accuracy, without it 3, 5 and 7 epochs reach
 // 91.1, 92.5 and 92.4 %; 93 % takes about 25 epochs. Five epochs without augmentation: the
 // best accuracy of the short runs.
