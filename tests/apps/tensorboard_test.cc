@@ -357,9 +357,29 @@ TEST(JobReporterTensorBoard, APictureIsAFileInOutAndAnImageInTensorBoard) {
   no_folders.picture("curves", 1, picture);  // nothing to write, nothing thrown
 }
 
-TEST(JobReporterTensorBoard, ImagesWithoutAFolderAreDropped) {
-  JobReporter reporter({.err = sink()});
-  reporter.image("grid", 1, Image::filled(2, 2, 1, 0));  // nothing to write, nothing thrown
+// image() goes to TensorBoard only: with an out folder and none for TensorBoard, nothing
+// of it lands anywhere; given a TensorBoard folder, the same call writes its image event.
+TEST(JobReporterTensorBoard, ImagesWithoutATensorBoardFolderAreDropped) {
+  TempDir dir;
+  const fs::path out = dir.path() / "out";
+  const Image grid = Image::filled(2, 2, 1, 0);
+  {
+    JobReporter reporter({.out = out, .err = sink()});
+    reporter.image("grid", 1, grid);
+  }
+  for (const auto& entry : fs::recursive_directory_iterator(dir.path())) {
+    EXPECT_NE(entry.path().extension(), ".png") << entry.path();
+    EXPECT_EQ(entry.path().filename().string().find("tfevents"), std::string::npos) << entry.path();
+  }
+  {
+    JobReporter reporter({.out = out, .tensorboard = dir.path() / "tb", .err = sink()});
+    reporter.image("grid", 1, grid);
+  }
+  const std::vector<fs::path> files = files_in(dir.path() / "tb");
+  ASSERT_EQ(files.size(), 1u);
+  const std::vector<Bytes> records = read_records(files[0]);
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(summary_value(records[1]).tag, "grid");
 }
 
 }  // namespace

@@ -324,44 +324,6 @@ TEST(Worker, NativeAllReduceSums) {
   }
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-TEST(Worker, LatencyOfFourBytes) {
-  auto t = make("latency", 1);
-  const int p = t->size();
-  const int right = (t->rank() + 1) % p;
-  const int left = (t->rank() + p - 1) % p;
-  float out = 1.0f;
-  float in = 0.0f;
-  const SendOp send{right, &out, sizeof(out)};
-  const RecvOp recv{left, &in, sizeof(in)};
-  constexpr int kWarmup = 200;
-  constexpr int kIters = 2000;
-  std::vector<double> exchange_us;
-  std::vector<double> allreduce_us;
-  for (int i = 0; i < kWarmup + kIters; ++i) {
-    const auto start = Clock::now();
-    t->exchange(0, {&send, 1}, {&recv, 1}, Clock::now() + std::chrono::seconds(30));
-    if (i >= kWarmup) exchange_us.push_back(ms_since(start) * 1000);
-  }
-  for (int i = 0; i < kWarmup + kIters; ++i) {
-    float value = 1.0f;
-    const auto start = Clock::now();
-    native_of(*t).native_all_reduce_f32(&value, 1);
-    if (i >= kWarmup) allreduce_us.push_back(ms_since(start) * 1000);
-    ASSERT_EQ(value, static_cast<float>(p));
-  }
-  if (t->rank() == 0) {
-    std::printf(
-        "latency (%d processes, lane 0, median of %d): 4-byte exchange %.1f us, "
-        "4-byte gloo::allreduce %.1f us\n",
-        p, kIters, median(exchange_us), median(allreduce_us));
-  }
-}
-
 TEST(Worker, ReceiveThatNeverComesTimesOutNamingThePeer) {
   auto t = make("timeout", 1);
   std::uint8_t byte = 0;

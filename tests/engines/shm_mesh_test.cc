@@ -207,8 +207,12 @@ TEST(ShmMesh, ASendThatFindsNoRoomTimesOutAsNotTakenDelivery) {
   EXPECT_TRUE(receives_done);
 }
 
+// A waiter that parks (no spin, no yielding past the first few) for up to a minute at a
+// time: only the bell of announce_failure() ends its park before that, so the wait returning
+// within 10 s of a failure announced after 30 ms is the bell's doing.
 TEST(ShmMesh, AnAnnouncedFailureWakesTheParkedPeer) {
   auto pair = make_pair(2);
+  pair->a->set_max_park(std::chrono::seconds(60));
   std::uint64_t word = 0;
   const RecvOp recv{1, &word, sizeof word};
   pair->a->post(1, 1, {}, {&recv, 1});
@@ -217,16 +221,18 @@ TEST(ShmMesh, AnAnnouncedFailureWakesTheParkedPeer) {
     pair->b->announce_failure();
   });
   const auto start = Clock::now();
-  const auto result = pair->a->wait(1, 1, start + std::chrono::seconds(20), microseconds(0),
-                                    microseconds(100'000), pair->poison_a);
+  const auto result = pair->a->wait(1, 1, start + std::chrono::seconds(120), microseconds(0),
+                                    microseconds(0), pair->poison_a);
   failer.join();
   EXPECT_EQ(result.outcome, Outcome::kPeerFailed);
   EXPECT_EQ(result.peer, 1);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
 }
 
+// As above: with parks of a minute, only wake_local()'s bell releases the wait in time.
 TEST(ShmMesh, PoisonAndWakeLocalReleaseAWaitOnAnotherThread) {
   auto pair = make_pair(1);
+  pair->a->set_max_park(std::chrono::seconds(60));
   std::uint64_t word = 0;
   const RecvOp recv{1, &word, sizeof word};
   pair->a->post(0, 1, {}, {&recv, 1});
@@ -235,10 +241,12 @@ TEST(ShmMesh, PoisonAndWakeLocalReleaseAWaitOnAnotherThread) {
     pair->poison_a.set("test");
     pair->a->wake_local();
   });
-  const auto result = pair->a->wait(0, 1, Clock::now() + std::chrono::seconds(20), microseconds(0),
+  const auto start = Clock::now();
+  const auto result = pair->a->wait(0, 1, start + std::chrono::seconds(120), microseconds(0),
                                     microseconds(0), pair->poison_a);
   poisoner.join();
   EXPECT_EQ(result.outcome, Outcome::kPoisoned);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
 }
 
 TEST(ShmMesh, APeerWhoseProcessExitsIsGone) {

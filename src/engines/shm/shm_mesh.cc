@@ -65,7 +65,7 @@ constexpr std::size_t kHeaderBytes = 8;  // a message's length
 constexpr std::size_t kMaxRingBytes = std::size_t{1} << 20;
 constexpr std::size_t kMinRingBytes = std::size_t{64} << 10;
 constexpr std::size_t kSegmentTarget = std::size_t{16} << 20;
-// Longest park before a waiter checks its peers' processes and the clock again.
+// Longest park before a waiter checks its peers' processes and the clock again, by default.
 constexpr std::chrono::milliseconds kMaxPark{50};
 constexpr int kYields = 4;
 
@@ -207,6 +207,7 @@ ShmMesh::ShmMesh(int rank, int size, int lanes, bool parks)
       size_(size),
       lanes_(lanes),
       parks_(parks),
+      max_park_(kMaxPark),
       ring_bytes_(ring_bytes_for(size, lanes)),
       segment_bytes_(Segment::bytes(size, lanes, ring_bytes_)),
       segments_(static_cast<std::size_t>(std::max(size, 0)), nullptr),
@@ -671,12 +672,12 @@ ShmMesh::WaitResult ShmMesh::wait(int lane, Ticket ticket, Clock::time_point dea
     const WaitResult last = look(&moved);
     if (last.outcome == Outcome::kDone && !finished && !moved) {
       futex_wait_shared(reinterpret_cast<std::uint32_t*>(mine + Segment::bell(size_, lane)), seen,
-                        std::min<Clock::duration>(deadline - now, kMaxPark));
+                        std::min<Clock::duration>(deadline - now, max_park_));
     }
     sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (last.outcome != Outcome::kDone) return last;
     if (finished) break;
-    // After every park (at most kMaxPark long), a look at the peers' processes.
+    // After every park (at most max_park_ long), a look at the peers' processes.
     if (const int q = gone_peer(); q >= 0) {
       // What it wrote before it died still counts.
       progress(lane, &result);

@@ -127,6 +127,11 @@ class ShmMesh {
                   std::chrono::microseconds spin, std::chrono::microseconds yield,
                   const Poison& poison) noexcept;
 
+  // The longest a wait() parks before it looks at its peers' processes and the clock again
+  // (50 ms unless set): a bell ends a park sooner. Tests lengthen it, so that only a bell
+  // can end a park in time. Call before any wait(); never throws.
+  void set_max_park(std::chrono::milliseconds longest) noexcept { max_park_ = longest; }
+
   // Moves what it can of the lane's pending messages, once, and says whether every message
   // of the posts up to `ticket` has completed (then forgets the completed ones, as wait()
   // does). For a caller that waits on other things too; it watches failures itself. Never
@@ -174,6 +179,7 @@ class ShmMesh {
   const int size_;
   const int lanes_;
   const bool parks_;
+  std::chrono::milliseconds max_park_;
   const std::size_t ring_bytes_;
   const std::size_t segment_bytes_;
   std::string name_;
