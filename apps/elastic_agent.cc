@@ -10,8 +10,8 @@
 
 #include "apps/workers.h"
 #include "replicator/errors.h"
+#include "replicator/rendezvous/store.h"
 #include "src/base/launch_env.h"
-#include "src/engines/store/elastic_store.h"
 
 namespace replicator::apps {
 namespace {
@@ -47,7 +47,7 @@ struct Beat {
   bool seen = false;
 
   // Reads `key`; returns how long the value has not changed.
-  milliseconds look(detail::ElasticStore& store, const std::string& key, Clock::time_point now) {
+  milliseconds look(rendezvous::Store& store, const std::string& key, Clock::time_point now) {
     auto current = store.get(key);
     if (current && (!seen || current != value)) {
       value = std::move(current);
@@ -71,9 +71,9 @@ class Agent {
  public:
   Agent(const ElasticOptions& options, std::string rdzv)
       : options_(options),
-        url_(detail::parse_elastic_url(rdzv)),
-        store_(url_),
-        job_(detail::root_name(url_)) {
+        url_(rendezvous::parse_store_url(rdzv)),
+        store_(rendezvous::open_store(url_)),
+        job_(rendezvous::root_name(url_)) {
     char name[256] = {};
     gethostname(name, sizeof(name) - 1);
     describe_ = std::string(name) + " (agent pid " + std::to_string(getpid()) + ")";
@@ -90,7 +90,7 @@ class Agent {
   // Ends generation g for every agent, unless it has ended already. `failure`: counts as
   // a restart.
   void end(int g, bool failure, const std::string& why);
-  std::optional<std::string> over() { return store_.get("over"); }
+  std::optional<std::string> over() { return store_->get("over"); }
   // Whether the agents of generation g (its first `members` slots) have all been silent
   // for the heartbeat timeout, as watched through `beats` from the first look on.
   bool all_silent(int g, int members, std::map<int, Beat>& beats, Clock::time_point now);
@@ -99,8 +99,8 @@ class Agent {
   bool all_rejoined(int g, int previous_members, long long joined);
 
   const ElasticOptions& options_;
-  const detail::ElasticUrl url_;
-  detail::ElasticStore store_;
+  const rendezvous::StoreUrl url_;
+  std::unique_ptr<rendezvous::Store> store_;
   const std::string job_;
   std::string describe_;
   Workers workers_;
@@ -111,12 +111,12 @@ class Agent {
 
 void Agent::beat(const std::string& key, Clock::time_point now, bool force) {
   if (!force && now < next_beat_) return;
-  store_.put(key, std::to_string(++beats_));
+  store_->put(key, std::to_string(++beats_));
   next_beat_ = now + options_.heartbeat;
 }
 
 void Agent::end(int g, bool failure, const std::string& why) {
-  if (store_.create(gen(g) + "/end", (failure ? "failure " : "change ") + why)) {
+  if (store_->create(gen(g) + "/end", (failure ? "failure " : "change ") + why)) {
     say("generation " + std::to_string(g) + ": " + why);
   }
 }
@@ -126,7 +126,8 @@ bool Agent::all_silent(int g, int members, std::map<int, Beat>& beats, Clock::ti
   for (int s = 0; s < members; ++s) {
     auto [it, fresh] = beats.try_emplace(s);
     if (fresh) it->second.changed = now;
-    const milliseconds quiet = it->second.look(store_, gen(g) + "/agent/" + std::to_string(s), now);
+    const milliseconds quiet =
+        it->second.look(*store_, gen(g) + "/agent/" + std::to_string(s), now);
     silent = silent && quiet >= options_.heartbeat_timeout;
   }
   return silent;
@@ -135,12 +136,12 @@ bool Agent::all_silent(int g, int members, std::map<int, Beat>& beats, Clock::ti
 bool Agent::all_rejoined(int g, int previous_members, long long joined) {
   std::vector<std::string> present;
   for (long long s = 0; s < joined; ++s) {
-    if (auto who = store_.get(gen(g) + "/member/" + std::to_string(s))) {
+    if (auto who = store_->get(gen(g) + "/member/" + std::to_string(s))) {
       present.push_back(std::move(*who));
     }
   }
   for (int s = 0; s < previous_members; ++s) {
-    const auto who = store_.get(gen(g - 1) + "/member/" + std::to_string(s));
+    const auto who = store_->get(gen(g - 1) + "/member/" + std::to_string(s));
     if (!who || std::find(present.begin(), present.end(), *who) == present.end()) return false;
   }
   return true;
@@ -151,9 +152,9 @@ std::optional<Membership> Agent::rendezvous(int g) {
   for (;;) {
     if (over()) return std::nullopt;
     const std::string base = gen(g);
-    const int slot = static_cast<int>(store_.add(base + "/slots", 1) - 1);
-    store_.put(base + "/member/" + std::to_string(slot),
-               describe_ + " nproc " + std::to_string(options_.processes));
+    const int slot = static_cast<int>(store_->add(base + "/slots", 1) - 1);
+    store_->put(base + "/member/" + std::to_string(slot),
+                describe_ + " nproc " + std::to_string(options_.processes));
     const std::string my_beat = base + "/agent/" + std::to_string(slot);
     beat(my_beat, Clock::now(), true);
     Clock::time_point min_reached{};  // when MIN hosts had joined; epoch: not yet
@@ -162,7 +163,7 @@ std::optional<Membership> Agent::rendezvous(int g) {
     for (;;) {
       const Clock::time_point now = Clock::now();
       beat(my_beat, now);
-      if (const auto closed = store_.get(base + "/closed")) {
+      if (const auto closed = store_->get(base + "/closed")) {
         int members = 0;
         int restarts = 0;
         std::sscanf(closed->c_str(), "%d %d", &members, &restarts);
@@ -173,10 +174,10 @@ std::optional<Membership> Agent::rendezvous(int g) {
         break;
       }
       if (over()) return std::nullopt;
-      const long long count = number(store_.get(base + "/slots")).value_or(0);
+      const long long count = number(store_->get(base + "/slots")).value_or(0);
       // A generation starts only once the one before has ended.
-      const bool previous_ended = g == 0 || store_.get(gen(g - 1) + "/end").has_value();
-      const auto previous = g == 0 ? std::nullopt : store_.get(gen(g - 1) + "/closed");
+      const bool previous_ended = g == 0 || store_->get(gen(g - 1) + "/end").has_value();
+      const auto previous = g == 0 ? std::nullopt : store_->get(gen(g - 1) + "/closed");
       int previous_members = 0;
       int previous_restarts = 0;
       if (previous) std::sscanf(previous->c_str(), "%d %d", &previous_members, &previous_restarts);
@@ -196,13 +197,13 @@ std::optional<Membership> Agent::rendezvous(int g) {
           const int members = static_cast<int>(std::min<long long>(count, options_.max_hosts));
           int restarts = 0;
           if (g > 0) {
-            const auto why = store_.get(gen(g - 1) + "/end");
+            const auto why = store_->get(gen(g - 1) + "/end");
             restarts = previous_restarts + (why && why->starts_with("failure") ? 1 : 0);
           }
-          if (store_.create(base + "/closed",
-                            std::to_string(members) + " " + std::to_string(restarts))) {
-            store_.put("current", std::to_string(g));
-            if (g > 0) store_.remove_tree(gen(g - 1));  // a fresh key space for each generation
+          if (store_->create(base + "/closed",
+                             std::to_string(members) + " " + std::to_string(restarts))) {
+            store_->put("current", std::to_string(g));
+            if (g > 0) store_->remove_tree(gen(g - 1));  // a fresh key space for each generation
           }
           continue;  // read what was decided
         }
@@ -253,7 +254,7 @@ std::vector<std::string> Agent::worker_env(const Membership& m, int rank) const 
       {"REPLICATOR_GENERATION", std::to_string(m.generation)},
       {"REPLICATOR_RESTART_COUNT", std::to_string(m.restarts)},
       {"REPLICATOR_HEARTBEAT", std::to_string(options_.heartbeat.count()) + "ms"},
-      {"REPLICATOR_HEARTBEAT_STORE", detail::child_url(url_, base)},
+      {"REPLICATOR_HEARTBEAT_STORE", store_->child(base)},
   };
   if (options_.local_replicas) {
     ours.emplace_back("REPLICATOR_LOCAL_REPLICAS", std::to_string(*options_.local_replicas));
@@ -309,7 +310,7 @@ Outcome Agent::run_generation(const Membership& m) {
       end(g, true,
           "the agent on " + describe_ + " was interrupted by signal " + std::to_string(signal));
     }
-    const auto ended = store_.get(base + "/end");
+    const auto ended = store_->get(base + "/end");
     if (ended && !stopping) {
       stopping = true;
       workers_.stop(kKillGrace);
@@ -334,14 +335,14 @@ Outcome Agent::run_generation(const Membership& m) {
     }
     if (exited_ok == options_.processes && !posted_finished) {
       posted_finished = true;
-      store_.add(base + "/finished", 1);
+      store_->add(base + "/finished", 1);
     }
-    if (posted_finished && number(store_.get(base + "/finished")).value_or(0) >= m.members) {
-      store_.create("over", "done");
+    if (posted_finished && number(store_->get(base + "/finished")).value_or(0) >= m.members) {
+      store_->create("over", "done");
       continue;
     }
     for (auto& [rank, b] : worker_beats) {
-      const milliseconds silent = b.look(store_, base + "/heartbeat/" + std::to_string(rank), now);
+      const milliseconds silent = b.look(*store_, base + "/heartbeat/" + std::to_string(rank), now);
       if (b.seen && b.value != "stopped" && silent >= options_.heartbeat_timeout) {
         workers_.kill_rank(rank);
         end(g, true,
@@ -351,16 +352,16 @@ Outcome Agent::run_generation(const Membership& m) {
       }
     }
     for (auto& [slot, b] : agent_beats) {
-      const milliseconds silent = b.look(store_, base + "/agent/" + std::to_string(slot), now);
+      const milliseconds silent = b.look(*store_, base + "/agent/" + std::to_string(slot), now);
       if (silent >= options_.heartbeat_timeout) {
-        const auto who = store_.get(base + "/member/" + std::to_string(slot));
+        const auto who = store_->get(base + "/member/" + std::to_string(slot));
         end(g, true,
             "the agent of host slot " + std::to_string(slot) + " (" + who.value_or("?") +
                 ") stopped answering: no heartbeat for " + seconds_text(silent));
       }
     }
     if (m.members < options_.max_hosts &&
-        number(store_.get(gen(g + 1) + "/slots")).value_or(0) > 0) {
+        number(store_->get(gen(g + 1) + "/slots")).value_or(0) > 0) {
       end(g, false,
           "a host asks to join (" + std::to_string(m.members) + " of at most " +
               std::to_string(options_.max_hosts) + " take part)");
@@ -374,7 +375,7 @@ int Agent::run() {
                       "); give a fresh --rdzv (another folder or job name)");
   }
   int g = 0;
-  if (const auto current = number(store_.get("current"))) g = static_cast<int>(*current) + 1;
+  if (const auto current = number(store_->get("current"))) g = static_cast<int>(*current) + 1;
   for (;;) {
     const auto m = rendezvous(g);
     if (!m) {
@@ -403,7 +404,7 @@ int Agent::run() {
     const bool failure = end_reason_.starts_with("failure");
     if (failure && m->restarts + 1 > options_.max_restarts) {
       const std::string why = end_reason_.substr(std::string("failure ").size());
-      store_.create("over", "failed after " + std::to_string(m->restarts) + " restarts: " + why);
+      store_->create("over", "failed after " + std::to_string(m->restarts) + " restarts: " + why);
       say("giving up after " + std::to_string(m->restarts) + " restarts (--max-restarts " +
           std::to_string(options_.max_restarts) + "): " + why);
       return 1;

@@ -9,11 +9,13 @@
 #
 # A file's layer: src/<layer>/...; apps/, bench/, examples/ and tests/ are the top. Public
 # headers include/replicator/<h>: the layer that implements them (below).
-set(REPLICATOR_LAYERS base comm engines collectives runtime torch data rl apps)
+set(REPLICATOR_LAYERS base rendezvous comm engines collectives runtime torch data rl apps)
 
 function(_replicator_public_layer header out)
   if(header MATCHES "^replicator/(dtype|errors|config|options)\\.h$")
     set(layer base)
+  elseif(header MATCHES "^replicator/rendezvous/")
+    set(layer rendezvous)
   elseif(header MATCHES "^replicator/(replicator|replica_context|per_replica)\\.h$")
     set(layer runtime)
   elseif(header MATCHES "^replicator/(torch\\.h|torch/)")

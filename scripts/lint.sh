@@ -16,8 +16,9 @@
 # Environment:
 #   LINT_ALL=1            whole tree (see above)
 #   LINT_TIDY=all|changed|core|off   force clang-tidy's file set (all ignores the budget;
-#                         core: the layers below LibTorch, src/{base,comm,engines,
-#                         collectives,runtime}, about a minute at -j2: what CI checks)
+#                         core: the layers below LibTorch, src/{base,rendezvous,comm,
+#                         engines,collectives,runtime,launch}, about a minute at -j2:
+#                         what CI checks)
 #   LINT_TIDY_BUDGET=60   seconds clang-tidy may take on the whole tree
 #   LINT_JOBS=N           clang-tidy processes at once (default: nproc)
 #
@@ -260,7 +261,8 @@ if mode == "all":
 elif mode == "changed":
     chosen, why = picked, f"LINT_TIDY=changed: {len(picked)} translation units"
 elif mode == "core":
-    layers = tuple(f"src/{l}/" for l in ("base", "comm", "engines", "collectives", "runtime"))
+    layers = tuple(f"src/{l}/" for l in ("base", "rendezvous", "comm", "engines",
+                                         "collectives", "runtime", "launch"))
     chosen = [t for t in whole if t.startswith(layers)]
     why = (f"LINT_TIDY=core: the layers below LibTorch, {len(chosen)} translation units, "
            f"estimated {cost(chosen):.0f} s")

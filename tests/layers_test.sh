@@ -1,27 +1,33 @@
 #!/usr/bin/env bash
 # The layer check passes on the source tree, and fails, naming the file and the include, on
-# a copy of the tree where a lower layer includes a higher one.
+# a copy of the tree where a lower layer includes a higher one (in an old layer and in each
+# of the newer ones), or where a file includes Gloo's headers past the renaming header.
 set -euo pipefail
 root="${1:?source root}"
 cmake -DROOT="$root" -P "$root/cmake/check_layers.cmake"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-cp -r "$root/src" "$root/include" "$root/cmake" "$tmp/"
-printf '#include "src/runtime/worker_pool.h"\n' >> "$tmp/src/comm/descriptor.cc"
-if out="$(cmake -DROOT="$tmp" -P "$tmp/cmake/check_layers.cmake" 2>&1)"; then
-  echo "FAIL: the planted upward include was not caught" >&2
-  exit 1
-fi
-grep -q 'src/comm/descriptor.cc (layer comm) includes "src/runtime/worker_pool.h" (layer runtime)' \
-  <<<"$out" || { echo "FAIL: unexpected message: $out" >&2; exit 1; }
-# A file that includes Gloo's headers itself, past the renaming header.
-cp -r "$root/src" "$tmp/gloo_src"
-rm -rf "$tmp/src" && mv "$tmp/gloo_src" "$tmp/src"
-printf '#include <gloo/context.h>\n' >> "$tmp/src/engines/store/heartbeat.cc"
-if out="$(cmake -DROOT="$tmp" -P "$tmp/cmake/check_layers.cmake" 2>&1)"; then
-  echo "FAIL: the planted gloo include was not caught" >&2
-  exit 1
-fi
-grep -q 'src/engines/store/heartbeat.cc includes #include <gloo/context.h>: include src/engines/gloo/gloo.h' \
-  <<<"$out" || { echo "FAIL: unexpected message: $out" >&2; exit 1; }
-echo "layers: the tree passes; a planted upward include and a direct gloo include are caught"
+
+# plant FILE LINE EXPECTED: appends LINE to FILE in a fresh copy of the tree; the check must
+# fail with EXPECTED in its message.
+plant() {
+  rm -rf "$tmp/src" "$tmp/include" "$tmp/cmake"
+  cp -r "$root/src" "$root/include" "$root/cmake" "$tmp/"
+  printf '%s\n' "$2" >> "$tmp/$1"
+  local out
+  if out="$(cmake -DROOT="$tmp" -P "$tmp/cmake/check_layers.cmake" 2>&1)"; then
+    echo "FAIL: the planted include in $1 was not caught" >&2
+    exit 1
+  fi
+  grep -qF "$3" <<<"$out" || { echo "FAIL: unexpected message for $1: $out" >&2; exit 1; }
+}
+
+plant src/comm/descriptor.cc '#include "src/runtime/worker_pool.h"' \
+  'src/comm/descriptor.cc (layer comm) includes "src/runtime/worker_pool.h" (layer runtime)'
+plant src/rendezvous/store.cc '#include "src/engines/gloo/gloo_store.h"' \
+  'src/rendezvous/store.cc (layer rendezvous) includes "src/engines/gloo/gloo_store.h" (layer engines)'
+plant include/replicator/rendezvous/store.h '#include "replicator/replicator.h"' \
+  'include/replicator/rendezvous/store.h (layer rendezvous) includes "replicator/replicator.h" (layer runtime)'
+plant src/rendezvous/heartbeat.cc '#include <gloo/context.h>' \
+  'src/rendezvous/heartbeat.cc includes #include <gloo/context.h>: include src/engines/gloo/gloo.h'
+echo "layers: the tree passes; planted upward includes and a direct gloo include are caught"

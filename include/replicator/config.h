@@ -52,7 +52,7 @@ struct Config {
   // Elastic jobs (`replicator launch --nnodes`, gloo only): the generation this process
   // belongs to (-1: the job is not elastic) and how many restarts came before it; and the
   // heartbeat its agent watches: every `heartbeat` (0: none) a counter is written to the
-  // store at `heartbeat_store` (see src/engines/store/elastic_store.h).
+  // rendezvous store at `heartbeat_store` (replicator/rendezvous/store.h).
   int generation = -1;
   int restart_count = 0;
   std::chrono::milliseconds heartbeat{0};

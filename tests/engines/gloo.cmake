@@ -34,13 +34,6 @@ if(TARGET replicator)
 endif()
 set_tests_properties(${_gloo_tests} PROPERTIES LABELS "multiproc" TIMEOUT 120)
 
-# The elastic store on a folder, in one process (its Redis side: tests/apps/elastic_job.sh).
-add_executable(elastic_store_test ${CMAKE_CURRENT_LIST_DIR}/elastic_store_test.cc)
-target_include_directories(elastic_store_test PRIVATE ${PROJECT_SOURCE_DIR})
-target_link_libraries(elastic_store_test PRIVATE replicator::core GTest::gtest_main)
-target_compile_options(elastic_store_test PRIVATE -Wall -Wextra)
-gtest_discover_tests(elastic_store_test PROPERTIES LABELS "unit" DISCOVERY_TIMEOUT 60)
-
 # The same suite in a program that also links LibTorch and runs a torch operation, and the
 # dynamic linker's bindings of every gloo symbol in it (tests/engines/gloo_bindings.sh).
 if(TARGET replicator_torch AND TARGET replicator)

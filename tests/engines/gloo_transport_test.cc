@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "replicator/errors.h"
+#include "replicator/rendezvous/store.h"
 #include "tests/harness/harness.h"
 
 extern char** environ;
@@ -413,7 +414,8 @@ TEST(Worker, RendezvousTimeoutSaysWhoJoined) {
   }
 }
 
-TEST(Worker, BadStoresAreConfigErrors) {
+// Bad URLs are ConfigErrors; a store that cannot be reached is a StoreError naming it.
+TEST(Worker, BadStoresAreConfigOrStoreErrors) {
   GlooOptions options;
   options.rank = 0;
   options.size = 1;
@@ -436,8 +438,9 @@ TEST(Worker, BadStoresAreConfigErrors) {
   try {
     make_gloo_transport(options);
     ADD_FAILURE() << "no error";
-  } catch (const ConfigError& e) {
+  } catch (const rendezvous::StoreError& e) {
     EXPECT_NE(std::string(e.what()).find("127.0.0.1:1 "), std::string::npos) << e.what();
+    EXPECT_EQ(e.url(), options.store);
   }
   // A process of size 1 needs nobody else.
   options.store = world().store;
@@ -647,7 +650,7 @@ TEST(Redis, WorkersMeetThroughRedisAndItsLossIsAClearError) {
   try {
     make_gloo_transport(options);
     ADD_FAILURE() << "no error";
-  } catch (const ConfigError& e) {
+  } catch (const rendezvous::StoreError& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("127.0.0.1:" + port_text), std::string::npos) << what;
     std::printf("with Redis down: %s\n", what.c_str());

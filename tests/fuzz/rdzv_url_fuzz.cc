@@ -1,4 +1,4 @@
-// The rendezvous URL parser of elastic jobs (parse_elastic_url) on any text.
+// The rendezvous store's URL parser (parse_store_url) on any text.
 //
 // Promises: ConfigError showing the URL (control bytes escaped), or a URL the agents can use:
 // a file root is an absolute folder of plain names, a Redis root a plain key prefix, a Redis
@@ -8,11 +8,13 @@
 #include <string>
 
 #include "replicator/errors.h"
+#include "replicator/rendezvous/store.h"
 #include "src/base/text.h"
-#include "src/engines/store/elastic_store.h"
 #include "tests/fuzz/fuzz.h"
 
-namespace rd = replicator::detail;
+namespace rd = replicator::rendezvous;
+using replicator::detail::has_control;
+using replicator::detail::quoted;
 using replicator::fuzz::require;
 
 namespace {
@@ -39,11 +41,11 @@ bool plain_path(const std::string& path) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  rd::ElasticUrl url;
+  rd::StoreUrl url;
   try {
-    url = rd::parse_elastic_url(text);
+    url = rd::parse_store_url(text);
   } catch (const replicator::ConfigError& e) {
-    require(std::string(e.what()).find(rd::quoted(text)) != std::string::npos,
+    require(std::string(e.what()).find(quoted(text)) != std::string::npos,
             "the error shows the URL, control bytes escaped");
     return 0;
   }
@@ -53,16 +55,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           "a file root is an absolute folder");
   require(plain_path(root), "the root is a path of plain names: '" + root + "'");
   if (url.redis) {
-    require(!url.host.empty() && !rd::has_control(url.host) &&
+    require(!url.host.empty() && !has_control(url.host) &&
                 url.host.find_first_of(" /?#@[]") == std::string::npos,
             "a Redis host holds no space, control byte, path, query, password or bracket");
     require(url.port >= 1 && url.port <= 65535, "a Redis port is in 1..65535");
   }
   require(root_name(url) == root.substr(root.rfind('/') + 1), "the job is the root's last name");
   const std::string child = rd::child_url(url, "gen7");
-  rd::ElasticUrl again;
+  rd::StoreUrl again;
   try {
-    again = rd::parse_elastic_url(child);
+    again = rd::parse_store_url(child);
   } catch (const replicator::ConfigError& e) {
     require(false, "'" + text + "' parses, but its child '" + child + "' does not: " + e.what());
   }

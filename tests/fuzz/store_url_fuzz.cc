@@ -1,4 +1,4 @@
-// The store URL parser (parse_store_url) on any text.
+// The store URL parser (parse_gloo_store_url) on any text.
 //
 // Promises: ConfigError showing the URL (control bytes escaped), or a URL a process can use: a file
 // store names an absolute folder; a Redis store names a host (no path, query, password, space) and
@@ -8,7 +8,7 @@
 
 #include "replicator/errors.h"
 #include "src/base/text.h"
-#include "src/engines/store/store.h"
+#include "src/engines/gloo/gloo_store.h"
 #include "tests/fuzz/fuzz.h"
 
 namespace rd = replicator::detail;
@@ -17,7 +17,7 @@ using replicator::fuzz::require;
 namespace {
 
 // The URL of `url`'s store in its plain form.
-std::string plain(const rd::StoreUrl& url) {
+std::string plain(const rd::GlooStoreUrl& url) {
   if (!url.redis) return "file://" + url.path;
   const bool ipv6 = url.host.find(':') != std::string::npos;
   return "redis://" + (ipv6 ? "[" + url.host + "]" : url.host) + ":" + std::to_string(url.port);
@@ -27,9 +27,9 @@ std::string plain(const rd::StoreUrl& url) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  rd::StoreUrl url;
+  rd::GlooStoreUrl url;
   try {
-    url = rd::parse_store_url(text);
+    url = rd::parse_gloo_store_url(text);
   } catch (const replicator::ConfigError& e) {
     require(std::string(e.what()).find(rd::quoted(text)) != std::string::npos,
             "the error shows the URL, control bytes escaped");
@@ -45,9 +45,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     require(!url.path.empty() && url.path[0] == '/', "a file store names an absolute folder");
     require(!rd::has_control(url.path), "a file store's folder holds no control byte");
   }
-  rd::StoreUrl again;
+  rd::GlooStoreUrl again;
   try {
-    again = rd::parse_store_url(plain(url));
+    again = rd::parse_gloo_store_url(plain(url));
   } catch (const replicator::ConfigError& e) {
     require(false, "'" + text + "' parses, but its plain form does not: " + e.what());
   }

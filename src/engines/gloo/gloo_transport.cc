@@ -60,9 +60,9 @@
 #include "src/comm/poison.h"
 #include "src/engines/abort_notice.h"
 #include "src/engines/gloo/gloo.h"
+#include "src/engines/gloo/gloo_store.h"
 #include "src/engines/shm/shm_mesh.h"
-#include "src/engines/store/heartbeat.h"
-#include "src/engines/store/store.h"
+#include "src/rendezvous/heartbeat.h"
 
 namespace replicator::detail {
 namespace {
@@ -125,7 +125,7 @@ void ignore_sigpipe_once() {
 class GlooTransport final : public Transport, public NativeCollectives {
  public:
   // Meets the other processes in the store and connects every lane; see make_gloo_transport.
-  GlooTransport(const GlooOptions& options, std::unique_ptr<Store> store);
+  GlooTransport(const GlooOptions& options, std::unique_ptr<GlooStore> store);
   // A clean close (the transport not poisoned) says goodbye in the store, then keeps the
   // connections open until every peer has said it too or failed, for at most kCloseLinger:
   // a peer may still be finishing the run this process has finished (a mismatch that this
@@ -249,7 +249,7 @@ class GlooTransport final : public Transport, public NativeCollectives {
   const std::string job_;
   const milliseconds timeout_;
   std::unique_ptr<Heartbeat> heartbeat_;  // from before the rendezvous to the end
-  std::unique_ptr<Store> store_;
+  std::unique_ptr<GlooStore> store_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::unique_ptr<Lane[]> lanes_;
   std::unique_ptr<ShmMesh> shm_;  // set once, in the constructor: shared memory is used
@@ -261,7 +261,7 @@ class GlooTransport final : public Transport, public NativeCollectives {
   bool announced_ = false;
 };
 
-GlooTransport::GlooTransport(const GlooOptions& options, std::unique_ptr<Store> store)
+GlooTransport::GlooTransport(const GlooOptions& options, std::unique_ptr<GlooStore> store)
     : rank_(options.rank),
       size_(options.size),
       num_lanes_(options.lanes),
@@ -834,7 +834,7 @@ std::unique_ptr<Transport> make_gloo_transport(const GlooOptions& options) {
   if (options.job.empty()) {
     throw InvalidArgument("gloo engine: the job name (the key prefix in the store) is empty");
   }
-  auto store = std::make_unique<Store>(parse_store_url(options.store), options.job);
+  auto store = std::make_unique<GlooStore>(parse_gloo_store_url(options.store), options.job);
   ignore_sigpipe_once();
   return std::make_unique<GlooTransport>(options, std::move(store));
 }

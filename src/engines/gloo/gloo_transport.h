@@ -29,7 +29,7 @@ struct GlooOptions {
   int lanes = 1;
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // rendezvous/connect deadline
   // Elastic jobs: while the transport lives, a counter is written every `heartbeat` to key
-  // "heartbeat/<rank>" of the elastic store `heartbeat_store` (see store/heartbeat.h);
+  // "heartbeat/<rank>" of the rendezvous store `heartbeat_store` (src/rendezvous/heartbeat.h);
   // zero: no heartbeat.
   std::chrono::milliseconds heartbeat{0};
   std::string heartbeat_store;

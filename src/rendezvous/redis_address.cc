@@ -1,4 +1,4 @@
-#include "src/engines/store/redis_address.h"
+#include "src/rendezvous/redis_address.h"
 
 #include <charconv>
 

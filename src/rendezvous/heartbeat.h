@@ -13,9 +13,9 @@ namespace replicator::detail {
 
 class Heartbeat {
  public:
-  // Starts a thread that writes a counter to `key` of the elastic store at `url` (see
-  // elastic_store.h) every `interval`. Throws ConfigError when the URL is malformed; a
-  // store that fails later is reported once on stderr and tried again at the next beat.
+  // Starts a thread that writes a counter to `key` of the rendezvous store at `url` (see
+  // replicator/rendezvous/store.h) every `interval`. Throws ConfigError when the URL is malformed;
+  // a store that fails later is reported once on stderr and tried again at the next beat.
   Heartbeat(const std::string& url, std::string key, std::chrono::milliseconds interval);
   // Writes "stopped" to the key (the agent stops watching it) and joins the thread. Blocks
   // for at most one store round trip. Never throws.

@@ -1,8 +1,8 @@
-#include "src/engines/store/store.h"
+#include "src/engines/gloo/gloo_store.h"
 
 #include "src/base/text.h"
 #include "src/engines/gloo/gloo.h"
-#include "src/engines/store/redis_address.h"
+#include "src/rendezvous/redis_address.h"
 
 namespace replicator::detail {
 namespace {
@@ -14,8 +14,8 @@ namespace {
 
 }  // namespace
 
-StoreUrl parse_store_url(const std::string& url) {
-  StoreUrl parsed;
+GlooStoreUrl parse_gloo_store_url(const std::string& url) {
+  GlooStoreUrl parsed;
   parsed.text = url;
   constexpr std::string_view kFile = "file://";
   constexpr std::string_view kRedis = "redis://";

@@ -1,16 +1,16 @@
-#include "src/engines/store/heartbeat.h"
+#include "src/rendezvous/heartbeat.h"
 
 #include <cstdio>
 #include <memory>
 
 #include "replicator/errors.h"
-#include "src/engines/store/elastic_store.h"
+#include "replicator/rendezvous/store.h"
 
 namespace replicator::detail {
 
 Heartbeat::Heartbeat(const std::string& url, std::string key, std::chrono::milliseconds interval)
     : url_(url), key_(std::move(key)), interval_(interval) {
-  parse_elastic_url(url_);  // a bad URL fails here, in the caller's thread
+  rendezvous::parse_store_url(url_);  // a bad URL fails here, in the caller's thread
   thread_ = std::thread([this] { beat(); });
 }
 
@@ -24,7 +24,7 @@ Heartbeat::~Heartbeat() {
 }
 
 void Heartbeat::beat() {
-  std::unique_ptr<ElasticStore> store;
+  std::unique_ptr<rendezvous::Store> store;
   bool reported = false;
   std::uint64_t count = 0;
   std::unique_lock lock(mu_);
@@ -32,7 +32,7 @@ void Heartbeat::beat() {
     const bool stopping = stop_;
     lock.unlock();
     try {
-      if (!store) store = std::make_unique<ElasticStore>(parse_elastic_url(url_));
+      if (!store) store = rendezvous::open_store(url_);
       store->put(key_, stopping ? std::string("stopped") : std::to_string(++count));
     } catch (const std::exception& e) {
       store.reset();  // connect again at the next beat

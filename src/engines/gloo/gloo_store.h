@@ -1,6 +1,7 @@
-// Store: where the processes of a job meet (a shared folder or a Redis server), with the
-// job's keys in a namespace of their own ("<job>/..."). The gloo engine rendezvous through
-// it and its processes announce failures in it.
+// GlooStore: the store the gloo engine's processes meet in (a shared folder or a Redis
+// server), as Gloo's rendezvous wants it, with the job's keys in a namespace of their own
+// ("<job>/..."). The processes also announce failures in it. (The elastic agent's store,
+// with keys that are overwritten and deleted, is replicator/rendezvous/store.h.)
 //
 // file:///abs/folder (created if missing; every process must see the same folder) or
 // redis://host[:port] (port 6379 by default; [IPv6]:port accepted).
@@ -18,11 +19,12 @@
 #include <vector>
 
 #include "replicator/errors.h"
+#include "replicator/rendezvous/store.h"
 #include "src/engines/gloo/gloo.h"
 
 namespace replicator::detail {
 
-struct StoreUrl {
+struct GlooStoreUrl {
   bool redis = false;
   std::string path;  // file store: absolute folder
   std::string host;  // redis
@@ -32,7 +34,7 @@ struct StoreUrl {
 
 // Parses a store URL. Throws ConfigError showing the URL, what is wrong and the accepted
 // forms. Never blocks.
-StoreUrl parse_store_url(const std::string& url);
+GlooStoreUrl parse_gloo_store_url(const std::string& url);
 
 // What an exception (from Gloo or the standard library) says, whatever its type.
 std::string describe_error(const std::exception_ptr& error);
@@ -51,43 +53,47 @@ class FileStore final : public gloo::rendezvous::FileStore {
 
 // The job's store: Gloo's FileStore or RedisStore behind a mutex (neither is thread-safe),
 // with every wait bounded by the rendezvous deadline (Gloo's own get() waits a fixed 30 s)
-// and a look that does not wait (`has`). Store failures become ConfigError naming the
-// store; a wait past the deadline throws StoreTimeout.
-class Store final : public gloo::rendezvous::Store {
+// and a look that does not wait (`has`). Store failures become rendezvous::StoreError naming
+// the store; a wait past the deadline throws StoreTimeout.
+class GlooStore final : public gloo::rendezvous::Store {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // Opens the store (connects to Redis, or makes the folder). Throws ConfigError naming
-  // the store when it cannot be used. `job` names the key namespace (see key()).
-  Store(StoreUrl url, std::string job) : url_(std::move(url)), job_(std::move(job)) {
+  // Opens the store (connects to Redis, or makes the folder). Throws rendezvous::StoreError
+  // naming the store when it cannot be used. `job` names the key namespace (see key()).
+  GlooStore(GlooStoreUrl url, std::string job) : url_(std::move(url)), job_(std::move(job)) {
     if (url_.redis) {
       try {
         redis_ = std::make_unique<gloo::rendezvous::RedisStore>(url_.host, url_.port);
       } catch (...) {
-        throw ConfigError("store: cannot reach the Redis store at " + url_.host + ":" +
-                          std::to_string(url_.port) + " (" +
-                          describe_error(std::current_exception()) +
-                          "); start redis-server there, or fix the store URL '" + url_.text + "'");
+        throw rendezvous::StoreError(
+            "store: cannot reach the Redis store at " + url_.host + ":" +
+                std::to_string(url_.port) + " (" + describe_error(std::current_exception()) +
+                "); start redis-server there, or fix the store URL '" + url_.text + "'",
+            url_.text);
       }
       return;
     }
     std::error_code ec;
     std::filesystem::create_directories(url_.path, ec);
     if (!std::filesystem::is_directory(url_.path)) {
-      throw ConfigError("store: the file store folder '" + url_.path +
-                        "' does not exist and cannot be created" +
-                        (ec ? " (" + ec.message() + ")" : std::string()) +
-                        "; give a writable folder that every process sees, as file:///dir");
+      throw rendezvous::StoreError("store: the file store folder '" + url_.path +
+                                       "' does not exist and cannot be created" +
+                                       (ec ? " (" + ec.message() + ")" : std::string()) +
+                                       "; give a writable folder that every process sees, as "
+                                       "file:///dir",
+                                   url_.text);
     }
     try {
       file_ = std::make_unique<FileStore>(url_.path);
     } catch (...) {
-      throw ConfigError("store: cannot use the file store folder '" + url_.path +
-                        "': " + describe_error(std::current_exception()));
+      throw rendezvous::StoreError("store: cannot use the file store folder '" + url_.path +
+                                       "': " + describe_error(std::current_exception()),
+                                   url_.text);
     }
   }
 
-  const StoreUrl& url() const { return url_; }
+  const GlooStoreUrl& url() const { return url_; }
   const std::string& job() const { return job_; }
   // The key `name` in this job's namespace: "<job>/<name>".
   std::string key(std::string_view name) const { return job_ + "/" + std::string(name); }
@@ -138,8 +144,9 @@ class Store final : public gloo::rendezvous::Store {
     try {
       fn();
     } catch (...) {
-      throw ConfigError("store " + url_.text + ": " + what +
-                        " failed: " + describe_error(std::current_exception()));
+      throw rendezvous::StoreError("store " + url_.text + ": " + what +
+                                       " failed: " + describe_error(std::current_exception()),
+                                   url_.text);
     }
   }
 
@@ -156,7 +163,7 @@ class Store final : public gloo::rendezvous::Store {
 
   static constexpr std::chrono::milliseconds kStorePoll{10};
 
-  const StoreUrl url_;
+  const GlooStoreUrl url_;
   const std::string job_;
   std::mutex mu_;
   std::unique_ptr<FileStore> file_;
