@@ -16,7 +16,9 @@
 // given time to see the learner finish and then stopped.
 //
 // With --nnodes, --max-restarts or --rdzv the launcher is the elastic agent of its host
-// (elastic_agent.h): the job restarts after a failure, over the hosts still present.
+// (replicator/launch/elastic.h): the job restarts after a failure, over the hosts still
+// present. The command only reads the flags: what it runs is the launch layer's
+// (replicator/launch/launcher.h, elastic.h).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -30,23 +32,15 @@
 #include <vector>
 
 #include "apps/command.h"
-#include "apps/elastic_agent.h"
 #include "apps/subprocess.h"
-#include "apps/workers.h"
 #include "replicator/config.h"
 #include "replicator/errors.h"
+#include "replicator/launch/elastic.h"
+#include "replicator/launch/launcher.h"
 
 namespace replicator::apps {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-constexpr auto kKillGrace = std::chrono::seconds(2);
-// After the last child exited, how long output of processes it left behind is still read.
-constexpr auto kDrainGrace = std::chrono::seconds(1);
-// Once the learner finished, how long its actors have to notice and exit on their own.
-constexpr auto kActorsFinishGrace = std::chrono::seconds(10);
 
 struct LaunchFlags {
   int processes = 0;
@@ -68,13 +62,9 @@ struct LaunchFlags {
   std::string last_call = "3s";
 };
 
-// What the learner processes and the actors run, for --actors.
-struct ActorPlan {
-  std::vector<std::string> learner;  // the learner's command with its flags appended
-  std::vector<std::vector<std::string>> actors;
-};
-
-ActorPlan plan_actors(const LaunchFlags& flags) {
+// What the learner processes and the actors run, for --actors: the learner's command gets
+// its flags appended; actor i plays for learner process i mod P.
+launch::LaunchOptions plan_actors(const LaunchFlags& flags, launch::LaunchOptions plan) {
   for (const std::string& arg : flags.command) {
     for (const char* ours : {"--remote-actors", "--listen"}) {
       if (arg == ours || arg.rfind(std::string(ours) + "=", 0) == 0) {
@@ -95,9 +85,7 @@ ActorPlan plan_actors(const LaunchFlags& flags) {
                       " ports below 65536, got " + std::to_string(port));
   }
   const std::string host = flags.host.empty() ? "127.0.0.1" : flags.host;
-  ActorPlan plan;
-  plan.learner = flags.command;
-  plan.learner.insert(plan.learner.end(),
+  plan.command.insert(plan.command.end(),
                       {"--remote-actors", std::to_string(flags.actors / flags.processes),
                        "--listen", host + ":" + std::to_string(port)});
   std::string learners;
@@ -109,108 +97,6 @@ ActorPlan plan_actors(const LaunchFlags& flags) {
     plan.actors.push_back({self, "rl", "actor", "--learner", learners, "--id", std::to_string(i)});
   }
   return plan;
-}
-
-int run_plain(const LaunchFlags& flags) {
-  TempFolder temp;
-  std::string store = flags.store;
-  std::string job;
-  if (store.empty()) {
-    temp.make();
-    store = "file://" + temp.path.string();
-  } else if (const char* given = std::getenv("REPLICATOR_JOB"); given == nullptr || *given == 0) {
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    job = "launch-" + std::string(host) + "-" + std::to_string(getpid()) + "-" +
-          std::to_string(std::time(nullptr));
-  }
-  const ActorPlan plan = flags.actors > 0 ? plan_actors(flags) : ActorPlan{flags.command, {}};
-  // Ranks 0..P-1 are the job's processes, P + i is actor i.
-  const auto is_actor = [&](int rank) { return rank >= flags.processes; };
-  const auto actor_name = [](int i) { return "actor " + std::to_string(i); };
-
-  Workers workers;
-  try {
-    for (int rank = 0; rank < flags.processes; ++rank) {
-      std::vector<std::pair<std::string, std::string>> ours = {
-          {"REPLICATOR_ENGINE", "gloo"},
-          {"REPLICATOR_RANK", std::to_string(rank)},
-          {"REPLICATOR_WORLD_SIZE", std::to_string(flags.processes)},
-          {"REPLICATOR_STORE", store},
-          {"REPLICATOR_HOST_PROCESSES", std::to_string(flags.processes)},
-      };
-      if (flags.local_replicas) {
-        ours.emplace_back("REPLICATOR_LOCAL_REPLICAS", std::to_string(*flags.local_replicas));
-      }
-      if (!flags.host.empty()) ours.emplace_back("REPLICATOR_HOST", flags.host);
-      if (!job.empty()) ours.emplace_back("REPLICATOR_JOB", job);
-      workers.start(rank, plan.learner, child_environment(ours));
-    }
-    for (std::size_t i = 0; i < plan.actors.size(); ++i) {
-      workers.start(flags.processes + static_cast<int>(i), plan.actors[i], child_environment({}),
-                    actor_name(static_cast<int>(i)));
-    }
-  } catch (const Error& e) {
-    say(e.what());
-    return 2;  // ~Workers kills what was started
-  }
-
-  std::optional<int> failure;
-  std::optional<Clock::time_point> drain_until;
-  // Set once every learner process exited 0.
-  Clock::time_point actors_until = Clock::time_point::max();
-  int learners_running = flags.processes;
-  std::vector<int> restarts(plan.actors.size(), 0);
-  for (;;) {
-    const Clock::time_point now = Clock::now();
-    if (!workers.any_running()) {
-      if (!drain_until) drain_until = now + kDrainGrace;
-      if (!workers.any_open() || now >= *drain_until) break;
-    }
-    if (now >= actors_until) {
-      say("the actors did not exit " + std::to_string(kActorsFinishGrace.count()) +
-          " s after the learner finished; stopping them");
-      workers.stop(kKillGrace);
-      actors_until = Clock::time_point::max();
-    }
-    workers.pump(drain_until ? std::chrono::ceil<std::chrono::milliseconds>(*drain_until - now)
-                             : std::chrono::milliseconds(1000));
-    for (const Workers::Exit& exit : workers.take_exits()) {
-      if (!is_actor(exit.rank)) {
-        --learners_running;
-        if (Workers::failed(exit.status) && !failure) {
-          failure = exit.rank;
-          say(Workers::describe(exit));
-          workers.stop(kKillGrace);
-        }
-        if (learners_running == 0 && !failure && !plan.actors.empty()) {
-          actors_until = Clock::now() + kActorsFinishGrace;
-        }
-        continue;
-      }
-      if (!Workers::failed(exit.status) || failure || learners_running == 0 ||
-          workers.interrupted() != 0) {
-        continue;
-      }
-      const auto i = static_cast<std::size_t>(exit.rank - flags.processes);
-      if (restarts[i] >= flags.actor_restarts) {
-        say(Workers::describe(exit) + "; not restarted (--actor-restarts " +
-            std::to_string(flags.actor_restarts) + " used up)");
-        continue;
-      }
-      ++restarts[i];
-      say(Workers::describe(exit) + "; restarting it (" + std::to_string(restarts[i]) + " of " +
-          std::to_string(flags.actor_restarts) + ")");
-      try {
-        workers.start(exit.rank, plan.actors[i], child_environment({}),
-                      actor_name(static_cast<int>(i)));
-      } catch (const Error& e) {
-        say(e.what());
-      }
-    }
-  }
-  workers.clear();
-  return failure ? 1 : 0;
 }
 
 std::pair<int, int> parse_nnodes(const std::string& text) {
@@ -309,21 +195,21 @@ Command add_launch(CLI::App& app) {
           }
           flags->processes = 1;
         }
-        if (flags->processes < 1) {
-          throw ConfigError("launch: -n must be at least 1, got " +
-                            std::to_string(flags->processes));
-        }
-        if (flags->local_replicas && *flags->local_replicas < 1) {
-          throw ConfigError("launch: --local-replicas must be at least 1, got " +
-                            std::to_string(*flags->local_replicas));
-        }
-        if (flags->command.empty()) {
-          throw ConfigError(
-              "launch: no program to run; usage: replicator launch -n P [--local-replicas "
-              "L] [--store URL] [--host ADDR] -- prog args...");
-        }
         const bool elastic = !flags->nnodes.empty() || flags->max_restarts || !flags->rdzv.empty();
-        if (!elastic) return run_plain(*flags);
+        if (!elastic) {
+          launch::LaunchOptions options;
+          options.processes = flags->processes;
+          options.local_replicas = flags->local_replicas;
+          options.store = flags->store;
+          options.host = flags->host;
+          options.command = flags->command;
+          options.actor_restarts = flags->actor_restarts;
+          // (run_processes refuses fewer than 1 process.)
+          if (flags->actors > 0 && flags->processes > 0) {
+            options = plan_actors(*flags, std::move(options));
+          }
+          return launch::run_processes(options);
+        }
         if (flags->actors > 0) {
           throw ConfigError("launch: --actors is for jobs that are not elastic");
         }
@@ -332,7 +218,7 @@ Command add_launch(CLI::App& app) {
               "launch: --store is for jobs that are not elastic; an elastic job meets "
               "through --rdzv file:///shared/folder/job or redis://host:port/job");
         }
-        ElasticOptions options;
+        launch::ElasticOptions options;
         std::tie(options.min_hosts, options.max_hosts) =
             parse_nnodes(flags->nnodes.empty() ? "1" : flags->nnodes);
         options.processes = flags->processes;
@@ -340,21 +226,13 @@ Command add_launch(CLI::App& app) {
         options.host = flags->host;
         options.command = flags->command;
         options.max_restarts = flags->max_restarts.value_or(3);
-        if (options.max_restarts < 0) {
-          throw ConfigError("launch: --max-restarts must be at least 0, got " +
-                            std::to_string(options.max_restarts));
-        }
         options.rdzv = flags->rdzv;
         options.heartbeat = duration_flag(flags->heartbeat, "--heartbeat");
         options.heartbeat_timeout = duration_flag(flags->heartbeat_timeout, "--heartbeat-timeout");
-        if (options.heartbeat_timeout <= 2 * options.heartbeat) {
-          throw ConfigError("launch: --heartbeat-timeout (" + flags->heartbeat_timeout +
-                            ") must be more than twice --heartbeat (" + flags->heartbeat + ")");
-        }
         options.rdzv_timeout = duration_flag(flags->rdzv_timeout, "--rdzv-timeout");
         options.last_call = duration_flag(flags->last_call, "--last-call");
 #if defined(REPLICATOR_HAVE_GLOO)
-        return run_elastic(options);
+        return launch::run_elastic(options);
 #else
             throw ConfigError("launch: elastic jobs need the gloo engine, which is not part of "
                               "this build");

@@ -9,7 +9,7 @@
 #
 # A file's layer: src/<layer>/...; apps/, bench/, examples/ and tests/ are the top. Public
 # headers include/replicator/<h>: the layer that implements them (below).
-set(REPLICATOR_LAYERS base rendezvous comm engines collectives runtime torch data rl apps)
+set(REPLICATOR_LAYERS base rendezvous comm engines collectives runtime launch torch data rl apps)
 
 function(_replicator_public_layer header out)
   if(header MATCHES "^replicator/(dtype|errors|config|options)\\.h$")
@@ -18,6 +18,8 @@ function(_replicator_public_layer header out)
     set(layer rendezvous)
   elseif(header MATCHES "^replicator/(replicator|replica_context|per_replica)\\.h$")
     set(layer runtime)
+  elseif(header MATCHES "^replicator/launch/")
+    set(layer launch)
   elseif(header MATCHES "^replicator/(torch\\.h|torch/)")
     set(layer torch)
   elseif(header MATCHES "^replicator/data/")

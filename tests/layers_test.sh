@@ -28,6 +28,8 @@ plant src/rendezvous/store.cc '#include "src/engines/gloo/gloo_store.h"' \
   'src/rendezvous/store.cc (layer rendezvous) includes "src/engines/gloo/gloo_store.h" (layer engines)'
 plant include/replicator/rendezvous/store.h '#include "replicator/replicator.h"' \
   'include/replicator/rendezvous/store.h (layer rendezvous) includes "replicator/replicator.h" (layer runtime)'
+plant src/launch/launcher.cc '#include "replicator/torch.h"' \
+  'src/launch/launcher.cc (layer launch) includes "replicator/torch.h" (layer torch)'
 plant src/rendezvous/heartbeat.cc '#include <gloo/context.h>' \
   'src/rendezvous/heartbeat.cc includes #include <gloo/context.h>: include src/engines/gloo/gloo.h'
 echo "layers: the tree passes; planted upward includes and a direct gloo include are caught"

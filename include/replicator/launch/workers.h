@@ -1,4 +1,6 @@
-// Workers: the processes a launcher starts on this host, and their output.
+// Workers: the processes a launcher starts on this host, and their output. The plain
+// launcher (launcher.h) and the elastic agent (elastic.h) are built on it; a program of its
+// own can supervise processes with it the same way.
 //
 // Each child runs in its own process group (signals reach what it starts too) and dies with
 // the launcher (PR_SET_PDEATHSIG: a killed launcher leaves no worker behind). Its output
@@ -16,6 +18,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <optional>
@@ -24,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-namespace replicator::apps {
+namespace replicator::launch {
 
 class Workers {
  public:
@@ -86,7 +89,7 @@ class Workers {
     std::string name;
     pid_t pid = -1;
     bool running = false;
-    Stream streams[2];
+    std::array<Stream, 2> streams;  // stdout, stderr
   };
 
   void reap();
@@ -104,7 +107,8 @@ class Workers {
   struct sigaction old_pipe_ {};
 };
 
-// The launcher's environment with `ours` added, replacing entries of the same names.
+// The launcher's environment with `ours` added, replacing entries of the same names. Never
+// blocks; throws nothing but std::bad_alloc.
 std::vector<std::string> child_environment(
     const std::vector<std::pair<std::string, std::string>>& ours);
 
@@ -117,9 +121,4 @@ struct TempFolder {
   ~TempFolder();
 };
 
-// Writes all of `text` to `fd`; gives up quietly if the reader went away.
-void write_all(int fd, std::string_view text);
-// Prints "replicator launch: <line>" on stderr.
-void say(const std::string& line);
-
-}  // namespace replicator::apps
+}  // namespace replicator::launch

@@ -1,4 +1,4 @@
-#include "apps/workers.h"
+#include "replicator/launch/workers.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,18 +11,22 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <system_error>
 
 #include "replicator/errors.h"
+#include "src/launch/common.h"
 
 extern char** environ;
 
-namespace replicator::apps {
+namespace replicator::launch {
 namespace {
 
 // A line longer than this is printed in pieces rather than held in memory.
 constexpr std::size_t kMaxLine = std::size_t{1} << 20;
 
-std::string errno_text(int error) { return std::strerror(error); }
+std::string errno_text(int error) {
+  return std::error_code(error, std::generic_category()).message();
+}
 
 // Prints the complete lines of `data` (after what `pending` holds), prefixed; keeps the
 // rest. At end of file (`eof`) the rest is printed as a line too.
@@ -45,14 +49,14 @@ void emit(std::string& pending, int out_fd, const std::string& prefix, std::stri
     out += '\n';
     pending.clear();
   }
-  if (!out.empty()) write_all(out_fd, out);
+  if (!out.empty()) detail::write_all(out_fd, out);
 }
 
 std::string prefix_of(const std::string& name) { return "[" + name + "] "; }
 
 }  // namespace
 
-void write_all(int fd, std::string_view text) {
+void detail::write_all(int fd, std::string_view text) noexcept {
   while (!text.empty()) {
     const ssize_t n = ::write(fd, text.data(), text.size());
     if (n < 0) {
@@ -73,7 +77,12 @@ std::vector<std::string> child_environment(
     for (const auto& [ours_name, value] : ours) replaced = replaced || name == ours_name;
     if (!replaced) env.emplace_back(entry);
   }
-  for (const auto& [name, value] : ours) env.push_back(name + "=" + value);
+  for (const auto& [name, value] : ours) {
+    std::string entry = name;
+    entry += '=';
+    entry += value;
+    env.push_back(std::move(entry));
+  }
   return env;
 }
 
@@ -94,12 +103,30 @@ TempFolder::~TempFolder() {
   std::filesystem::remove_all(path, ec);
 }
 
-void say(const std::string& line) { write_all(STDERR_FILENO, "replicator launch: " + line + "\n"); }
+void detail::check_job(int processes, const std::optional<int>& local_replicas,
+                       const std::vector<std::string>& command) {
+  if (command.empty()) {
+    throw ConfigError(
+        "launch: no program to run; usage: replicator launch -n P [--local-replicas L] "
+        "[--store URL] [--host ADDR] -- prog args...");
+  }
+  if (processes < 1) {
+    throw ConfigError("launch: -n must be at least 1, got " + std::to_string(processes));
+  }
+  if (local_replicas && *local_replicas < 1) {
+    throw ConfigError("launch: --local-replicas must be at least 1, got " +
+                      std::to_string(*local_replicas));
+  }
+}
+
+void detail::say(const std::string& line) {
+  detail::write_all(STDERR_FILENO, "replicator launch: " + line + "\n");
+}
 
 std::string Workers::describe(const Exit& exit) {
   if (WIFSIGNALED(exit.status)) {
     const int signal = WTERMSIG(exit.status);
-    const char* name = strsignal(signal);
+    const char* name = sigdescr_np(signal);  // thread-safe, unlike strsignal
     return exit.name + " was killed by signal " + std::to_string(signal) + " (" +
            (name != nullptr ? name : "unknown") + ")";
   }
@@ -114,10 +141,10 @@ Workers::Workers() {
   sigaddset(&watched, SIGCHLD);
   sigaddset(&watched, SIGINT);
   sigaddset(&watched, SIGTERM);
-  sigprocmask(SIG_BLOCK, &watched, &old_mask_);
+  pthread_sigmask(SIG_BLOCK, &watched, &old_mask_);
   signal_fd_ = signalfd(-1, &watched, SFD_CLOEXEC | SFD_NONBLOCK);
   if (signal_fd_ < 0) {
-    sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
+    pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
     throw Error("launch: signalfd failed: " + errno_text(errno));
   }
   struct sigaction ignore {};
@@ -141,7 +168,7 @@ Workers::~Workers() {
   }
   ::close(signal_fd_);
   sigaction(SIGPIPE, &old_pipe_, nullptr);
-  sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
+  pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
 }
 
 void Workers::start(int rank, const std::vector<std::string>& command,
@@ -159,9 +186,11 @@ void Workers::start(int rank, const std::vector<std::string>& command,
   }
   // Everything the child needs is made before fork: it only calls async-signal-safe code.
   std::vector<char*> argv;
+  argv.reserve(command.size() + 1);
   for (const std::string& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
   std::vector<char*> envp;
+  envp.reserve(env.size() + 1);
   for (const std::string& entry : env) envp.push_back(const_cast<char*>(entry.c_str()));
   envp.push_back(nullptr);
   const bool pass_stdin = rank == 0 && !isatty(STDIN_FILENO);
@@ -186,7 +215,8 @@ void Workers::start(int rank, const std::vector<std::string>& command,
     dup2(out[1], STDOUT_FILENO);
     dup2(err[1], STDERR_FILENO);
     for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGPIPE}) signal(s, SIG_DFL);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
+    // In the forked child (one thread), where sigprocmask is async-signal-safe.
+    sigprocmask(SIG_SETMASK, &none, nullptr);  // NOLINT(concurrency-mt-unsafe)
     execvpe(argv[0], argv.data(), envp.data());
     const int error = errno;
     (void)!::write(report[1], &error, sizeof(error));
@@ -350,4 +380,4 @@ void Workers::clear() {
   }
 }
 
-}  // namespace replicator::apps
+}  // namespace replicator::launch

@@ -1,5 +1,3 @@
-#include "apps/elastic_agent.h"
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,12 +6,14 @@
 #include <memory>
 #include <string>
 
-#include "apps/workers.h"
 #include "replicator/errors.h"
+#include "replicator/launch/elastic.h"
+#include "replicator/launch/workers.h"
 #include "replicator/rendezvous/store.h"
 #include "src/base/launch_env.h"
+#include "src/launch/common.h"
 
-namespace replicator::apps {
+namespace replicator::launch {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -69,7 +69,7 @@ enum class Outcome { kDone, kEnded, kInterrupted, kGaveUp };
 
 class Agent {
  public:
-  Agent(const ElasticOptions& options, std::string rdzv)
+  Agent(const ElasticOptions& options, const std::string& rdzv)
       : options_(options),
         url_(rendezvous::parse_store_url(rdzv)),
         store_(rendezvous::open_store(url_)),
@@ -117,7 +117,7 @@ void Agent::beat(const std::string& key, Clock::time_point now, bool force) {
 
 void Agent::end(int g, bool failure, const std::string& why) {
   if (store_->create(gen(g) + "/end", (failure ? "failure " : "change ") + why)) {
-    say("generation " + std::to_string(g) + ": " + why);
+    detail::say("generation " + std::to_string(g) + ": " + why);
   }
 }
 
@@ -168,8 +168,9 @@ std::optional<Membership> Agent::rendezvous(int g) {
         int restarts = 0;
         std::sscanf(closed->c_str(), "%d %d", &members, &restarts);
         if (slot < members) return Membership{g, slot, members, restarts};
-        say("generation " + std::to_string(g) + " started with " + std::to_string(members) +
-            (members == 1 ? " host" : " hosts") + " without this one; this host joins the next");
+        detail::say("generation " + std::to_string(g) + " started with " + std::to_string(members) +
+                    (members == 1 ? " host" : " hosts") +
+                    " without this one; this host joins the next");
         ++g;
         break;
       }
@@ -211,20 +212,21 @@ std::optional<Membership> Agent::rendezvous(int g) {
         min_reached = Clock::time_point{};
       }
       if (now - start >= options_.rdzv_timeout) {
-        say("only " + std::to_string(count) + " of at least " + std::to_string(options_.min_hosts) +
-            " hosts joined generation " + std::to_string(g) + " within " +
-            seconds_text(options_.rdzv_timeout) + " (--rdzv-timeout); giving up");
+        detail::say("only " + std::to_string(count) + " of at least " +
+                    std::to_string(options_.min_hosts) + " hosts joined generation " +
+                    std::to_string(g) + " within " + seconds_text(options_.rdzv_timeout) +
+                    " (--rdzv-timeout); giving up");
         return std::nullopt;
       }
       if (!waiting_said && now - start >= std::chrono::seconds(5)) {
-        say("waiting for hosts to join generation " + std::to_string(g) + ": " +
-            std::to_string(count) + " of at least " + std::to_string(options_.min_hosts) +
-            (previous_ended ? "" : " (the generation before still runs)"));
+        detail::say("waiting for hosts to join generation " + std::to_string(g) + ": " +
+                    std::to_string(count) + " of at least " + std::to_string(options_.min_hosts) +
+                    (previous_ended ? "" : " (the generation before still runs)"));
         waiting_said = true;
       }
       workers_.pump(kTick);
       if (const int signal = workers_.interrupted()) {
-        say("interrupted by signal " + std::to_string(signal) + " while waiting to join");
+        detail::say("interrupted by signal " + std::to_string(signal) + " while waiting to join");
         end_reason_ = "interrupted";
         return std::nullopt;
       }
@@ -267,12 +269,12 @@ Outcome Agent::run_generation(const Membership& m) {
   const int g = m.generation;
   const std::string base = gen(g);
   const int first = m.slot * options_.processes;
-  say("generation " + std::to_string(g) + ": " + std::to_string(m.members) + " host" +
-      (m.members == 1 ? "" : "s") + ", " + std::to_string(m.members * options_.processes) +
-      (m.members * options_.processes == 1 ? " process, ranks " : " processes, ranks ") +
-      std::to_string(first) + "-" + std::to_string(first + options_.processes - 1) +
-      " here; restarts so far " + std::to_string(m.restarts) + " of " +
-      std::to_string(options_.max_restarts));
+  detail::say("generation " + std::to_string(g) + ": " + std::to_string(m.members) + " host" +
+              (m.members == 1 ? "" : "s") + ", " + std::to_string(m.members * options_.processes) +
+              (m.members * options_.processes == 1 ? " process, ranks " : " processes, ranks ") +
+              std::to_string(first) + "-" + std::to_string(first + options_.processes - 1) +
+              " here; restarts so far " + std::to_string(m.restarts) + " of " +
+              std::to_string(options_.max_restarts));
   for (int i = 0; i < options_.processes; ++i) {
     try {
       workers_.start(first + i, options_.command, worker_env(m, first + i));
@@ -382,7 +384,7 @@ int Agent::run() {
       if (end_reason_ == "interrupted") return 128 + workers_.interrupted();
       const auto result = over();
       if (result && *result == "done") {
-        say("the job is done");
+        detail::say("the job is done");
         return 0;
       }
       return 1;
@@ -390,11 +392,11 @@ int Agent::run() {
     const Outcome outcome = run_generation(*m);
     switch (outcome) {
       case Outcome::kDone:
-        say("the job is done (generation " + std::to_string(m->generation) + ", " +
-            std::to_string(m->restarts) + (m->restarts == 1 ? " restart)" : " restarts)"));
+        detail::say("the job is done (generation " + std::to_string(m->generation) + ", " +
+                    std::to_string(m->restarts) + (m->restarts == 1 ? " restart)" : " restarts)"));
         return 0;
       case Outcome::kGaveUp:
-        say("another agent gave up: " + over().value_or("?"));
+        detail::say("another agent gave up: " + over().value_or("?"));
         return 1;
       case Outcome::kInterrupted:
         return 128 + workers_.interrupted();
@@ -405,8 +407,8 @@ int Agent::run() {
     if (failure && m->restarts + 1 > options_.max_restarts) {
       const std::string why = end_reason_.substr(std::string("failure ").size());
       store_->create("over", "failed after " + std::to_string(m->restarts) + " restarts: " + why);
-      say("giving up after " + std::to_string(m->restarts) + " restarts (--max-restarts " +
-          std::to_string(options_.max_restarts) + "): " + why);
+      detail::say("giving up after " + std::to_string(m->restarts) + " restarts (--max-restarts " +
+                  std::to_string(options_.max_restarts) + "): " + why);
       return 1;
     }
     end_reason_.clear();
@@ -417,13 +419,33 @@ int Agent::run() {
 }  // namespace
 
 int run_elastic(const ElasticOptions& options) {
-  if (detail::launched_by_mpi()) {
+  detail::check_job(options.processes, options.local_replicas, options.command);
+  if (options.min_hosts < 1 || options.max_hosts < options.min_hosts) {
+    throw ConfigError("launch: --nnodes must be N or MIN:MAX with 1 <= MIN <= MAX, got " +
+                      std::to_string(options.min_hosts) + ":" + std::to_string(options.max_hosts));
+  }
+  if (options.max_restarts < 0) {
+    throw ConfigError("launch: --max-restarts must be at least 0, got " +
+                      std::to_string(options.max_restarts));
+  }
+  if (options.heartbeat.count() < 1 || options.rdzv_timeout.count() < 1 ||
+      options.last_call.count() < 0) {
+    throw ConfigError(
+        "launch: --heartbeat and --rdzv-timeout must be at least 1ms, and "
+        "--last-call not negative");
+  }
+  if (options.heartbeat_timeout <= 2 * options.heartbeat) {
+    throw ConfigError("launch: --heartbeat-timeout (" + seconds_text(options.heartbeat_timeout) +
+                      ") must be more than twice --heartbeat (" + seconds_text(options.heartbeat) +
+                      ")");
+  }
+  if (replicator::detail::launched_by_mpi()) {
     throw ConfigError(
         "launch: an elastic job runs on the gloo engine and restarts its own processes; it "
         "cannot run under mpirun or srun. Start `replicator launch --nnodes ...` directly, "
         "one per host");
   }
-  if (const char* engine = std::getenv("REPLICATOR_ENGINE");
+  if (const char* engine = replicator::detail::env("REPLICATOR_ENGINE");
       engine != nullptr && std::string_view(engine) != "gloo") {
     throw ConfigError(std::string("launch: REPLICATOR_ENGINE=") + engine +
                       " asks for another engine, but elastic jobs run on the gloo engine only "
@@ -444,4 +466,4 @@ int run_elastic(const ElasticOptions& options) {
   return agent.run();
 }
 
-}  // namespace replicator::apps
+}  // namespace replicator::launch

@@ -1,6 +1,7 @@
-// The elastic agent of `replicator launch --nnodes MIN:MAX` (torchrun's model, over our
-// store): one agent per host starts that host's workers, and the agents of a job agree on
-// who takes part through the rendezvous store (elastic_store.h).
+// The elastic agent (torchrun's model, over our store), as `replicator launch --nnodes
+// MIN:MAX` runs it and as a program may call it: one agent per host starts that host's
+// workers, and the agents of a job agree on who takes part through the rendezvous store
+// (replicator/rendezvous/store.h).
 //
 // The job runs in generations. Agents join generation g; it starts once MIN agents joined
 // and either MAX, or every agent of generation g-1, joined or `last_call` passed. Its
@@ -27,7 +28,7 @@
 #include <string>
 #include <vector>
 
-namespace replicator::apps {
+namespace replicator::launch {
 
 struct ElasticOptions {
   int min_hosts = 1;
@@ -52,4 +53,4 @@ struct ElasticOptions {
 // mpi, a missing --rdzv with more than one host, an unusable store).
 int run_elastic(const ElasticOptions& options);
 
-}  // namespace replicator::apps
+}  // namespace replicator::launch

@@ -1,0 +1,147 @@
+// The launch layer's API on real processes (/bin/sh children): the plain launcher's
+// environment, exit codes, failure release and actor restarts; the elastic agent's restart
+// after a failure and its refusal of options that cannot work.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "replicator/errors.h"
+#include "replicator/launch/elastic.h"
+#include "replicator/launch/launcher.h"
+#include "tests/harness/temp_dir.h"
+
+namespace replicator::launch {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::vector<std::string> sh(const std::string& script) { return {"/bin/sh", "-c", script}; }
+
+std::string read(const fs::path& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+class LaunchTest : public ::testing::Test {
+ protected:
+  harness::TempDir dir_;
+};
+
+TEST_F(LaunchTest, EveryProcessGetsItsRankAndTheJobsStore) {
+  LaunchOptions options;
+  options.processes = 3;
+  options.local_replicas = 2;
+  options.command =
+      sh("echo \"$REPLICATOR_ENGINE $REPLICATOR_WORLD_SIZE "
+         "$REPLICATOR_LOCAL_REPLICAS $REPLICATOR_HOST_PROCESSES "
+         "${REPLICATOR_STORE%%//*}\" > " +
+         dir_.path().string() + "/rank.$REPLICATOR_RANK");
+  EXPECT_EQ(run_processes(options), 0);
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_EQ(read(dir_.path() / ("rank." + std::to_string(rank))), "gloo 3 2 3 file:\n")
+        << "rank " << rank;
+  }
+}
+
+TEST_F(LaunchTest, AFailedProcessStopsTheOthersAndFailsTheLaunch) {
+  LaunchOptions options;
+  options.processes = 3;
+  options.kill_grace = std::chrono::milliseconds(200);
+  // Ranks 0 and 2 would run a minute; they are stopped once rank 1 fails.
+  options.command = sh("if [ \"$REPLICATOR_RANK\" = 1 ]; then exit 3; fi; exec sleep 60");
+  const auto start = Clock::now();
+  EXPECT_EQ(run_processes(options), 1);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(30));
+}
+
+TEST_F(LaunchTest, AProgramThatCannotStartIsExitCodeTwo) {
+  LaunchOptions options;
+  options.processes = 2;
+  options.command = {(dir_.path() / "no-such-program").string()};
+  EXPECT_EQ(run_processes(options), 2);
+}
+
+TEST_F(LaunchTest, AFailingActorIsRestartedWhileTheJobRuns) {
+  const fs::path tries = dir_.path() / "tries";
+  const fs::path job_done = dir_.path() / "job-done";
+  LaunchOptions options;
+  options.processes = 1;
+  // The job ends once the actor tried three times (or after 30 s).
+  options.command = sh("i=0; while [ \"$(cat " + tries.string() +
+                       " 2>/dev/null | wc -l)\" -lt 3 ] && [ $i -lt 300 ]; do sleep 0.1; "
+                       "i=$((i+1)); done; touch " +
+                       job_done.string());
+  options.actors = {sh("echo try >> " + tries.string() + "; exit 1")};
+  options.actor_restarts = 2;
+  EXPECT_EQ(run_processes(options), 0);
+  EXPECT_TRUE(fs::exists(job_done));
+  // The first start and its two restarts; no more once they were used up.
+  EXPECT_EQ(read(tries), "try\ntry\ntry\n");
+}
+
+TEST_F(LaunchTest, OptionsThatCannotWorkAreConfigErrors) {
+  LaunchOptions options;
+  EXPECT_THROW(run_processes(options), ConfigError);  // no command
+  options.command = sh("true");
+  options.processes = 0;
+  EXPECT_THROW(run_processes(options), ConfigError);
+  options.processes = 1;
+  options.local_replicas = 0;
+  EXPECT_THROW(run_processes(options), ConfigError);
+  options.local_replicas.reset();
+  options.actor_restarts = -1;
+  EXPECT_THROW(run_processes(options), ConfigError);
+}
+
+TEST_F(LaunchTest, TheElasticAgentRestartsTheJobAfterAFailure) {
+  ElasticOptions options;
+  options.processes = 2;
+  options.max_restarts = 1;
+  options.last_call = std::chrono::milliseconds(0);
+  options.rdzv = "file://" + (dir_.path() / "rdzv" / "job").string();
+  // Rank 1 of the first generation fails; the second generation finishes.
+  options.command =
+      sh("if [ \"$REPLICATOR_RESTART_COUNT\" = 0 ] && [ \"$REPLICATOR_RANK\" = 1 ]; then exit 5; "
+         "fi; echo \"$REPLICATOR_GENERATION $REPLICATOR_RESTART_COUNT\" > " +
+         dir_.path().string() + "/done.$REPLICATOR_RANK");
+  EXPECT_EQ(run_elastic(options), 0);
+  EXPECT_EQ(read(dir_.path() / "done.0"), "1 1\n");
+  EXPECT_EQ(read(dir_.path() / "done.1"), "1 1\n");
+}
+
+TEST_F(LaunchTest, TheElasticAgentGivesUpWhenItsRestartsAreUsedUp) {
+  ElasticOptions options;
+  options.max_restarts = 1;
+  options.last_call = std::chrono::milliseconds(0);
+  options.command = sh("echo x >> " + dir_.path().string() + "/runs; exit 1");
+  EXPECT_EQ(run_elastic(options), 1);
+  EXPECT_EQ(read(dir_.path() / "runs"), "x\nx\n");  // the first run and one restart
+}
+
+TEST_F(LaunchTest, ElasticOptionsThatCannotWorkAreConfigErrors) {
+  ElasticOptions options;
+  options.command = sh("true");
+  options.heartbeat_timeout = 2 * options.heartbeat;
+  EXPECT_THROW(run_elastic(options), ConfigError);
+  options = ElasticOptions{};
+  options.command = sh("true");
+  options.max_hosts = 2;  // several hosts and no store where they meet
+  EXPECT_THROW(run_elastic(options), ConfigError);
+  options.min_hosts = 3;
+  options.rdzv = "file://" + (dir_.path() / "job").string();
+  EXPECT_THROW(run_elastic(options), ConfigError);  // MIN above MAX
+  options = ElasticOptions{};
+  options.command = sh("true");
+  options.rdzv = "file://relative";
+  EXPECT_THROW(run_elastic(options), ConfigError);
+}
+
+}  // namespace
+}  // namespace replicator::launch
