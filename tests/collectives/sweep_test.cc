@@ -365,6 +365,31 @@ TEST_P(SweepTest, AllReduceAndReduceScatterEveryOp) {
 
 // ---- data movement: all_gather, broadcast, all_to_all, permute, barrier ------------------
 
+// gather to each of `roots`: the root's output is every replica's input in id order (`own`,
+// this replica's block of `gathered`); the others pass an empty output. Then in place at the
+// last root.
+template <typename T>
+void check_gather(ReplicaContext& ctx, std::string& errors, const std::vector<int>& roots,
+                  std::span<const T> own, const std::vector<T>& gathered) {
+  const int r = ctx.replica_id();
+  const std::vector<T> contributed(own.begin(), own.end());
+  for (const int root : roots) {
+    std::vector<T> at_root(r == root ? gathered.size() : 0, make<T>(7));
+    ctx.gather(contributed, at_root, {.root = root});
+    if (r == root) {
+      check_equal<T>(errors, "gather root " + std::to_string(root), at_root, gathered);
+    }
+  }
+  const int root = roots.back();
+  std::vector<T> in_place(gathered.size(), T{});
+  const auto offset = own.data() - gathered.data();
+  std::copy(own.begin(), own.end(), in_place.begin() + offset);
+  const auto block =
+      std::span<const T>(in_place).subspan(static_cast<std::size_t>(offset), own.size());
+  ctx.gather(block, r == root ? std::span<T>(in_place) : std::span<T>(), {.root = root});
+  if (r == root) check_equal<T>(errors, "gather in place", in_place, gathered);
+}
+
 TEST_P(SweepTest, DataMovementEveryDType) {
   const int n = GetParam();
   const auto un = static_cast<std::size_t>(n);
@@ -429,24 +454,7 @@ TEST_P(SweepTest, DataMovementEveryDType) {
                        out);
         check_equal<T>(errors, "all_gather in place", out, gathered);
 
-        // gather to several roots: the root's output is every replica's input in id order;
-        // the others pass an empty output. Then in place at the root.
-        for (const int root : roots) {
-          std::vector<T> at_root(r == root ? contribution * un : 0, make<T>(7));
-          ctx.gather(contributed, at_root, {.root = root});
-          if (r == root) {
-            check_equal<T>(errors, "gather root " + std::to_string(root), at_root, gathered);
-          }
-        }
-        {
-          const int root = roots.back();
-          std::vector<T> in_place(contribution * un, T{});
-          std::copy(own.begin(), own.end(), in_place.begin() + (own.data() - gathered.data()));
-          const auto block = std::span<const T>(in_place).subspan(
-              static_cast<std::size_t>(r) * contribution, contribution);
-          ctx.gather(block, r == root ? std::span<T>(in_place) : std::span<T>(), {.root = root});
-          if (r == root) check_equal<T>(errors, "gather in place", in_place, gathered);
-        }
+        check_gather<T>(ctx, errors, roots, own, gathered);
 
         // broadcast from several roots: everyone ends with the root's data.
         for (const int root : roots) {
