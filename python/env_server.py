@@ -14,11 +14,11 @@ standard preprocessing: 84x84 grey, 4 frames skipped with max-pooling, up to 30 
 reset, 4 stacked frames, as uint8 height x width x frames. Other ids send their observations
 as float32, flattened in C order.
 
-The messages have only length-delimited fields, so this file reads and writes protobuf's
-wire format itself: it needs grpcio and gymnasium (and ale-py for Atari), not protobuf.
-Prints "env server listening on HOST:PORT" once it serves. One Python process steps one
-environment at a time (the GIL): start one server per core and list them all in
---env-servers.
+The messages are env.proto's, read and written by protobuf's runtime: protoc (Debian's
+protobuf-compiler) compiles the .proto when the server starts (load_messages). It needs protoc,
+grpcio, protobuf and gymnasium (and ale-py for Atari). Prints "env server listening on
+HOST:PORT" once it serves. One Python process steps one environment at a time (the GIL): start
+one server per core and list them all in --env-servers.
 
     python env_server.py --bench ALE/Breakout-v5 --envs 16 [--seconds 5]
 
@@ -30,63 +30,67 @@ env-server` sets this beside the same session stepped over gRPC).
 import argparse
 import itertools
 import json
+import shutil
 import signal
-import struct
+import subprocess
 import sys
 import threading
 import time
 from concurrent import futures
+from pathlib import Path
 
 import grpc
 import gymnasium as gym
 import numpy as np
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 SERVICE = "replicator.rl.remote.EnvServer"
+PROTO = Path(__file__).resolve().parent.parent / "src" / "rl" / "remote" / "env.proto"
 
 
-def decode(data):
-    """Field number -> bytes, for a message whose fields are all length-delimited."""
-    fields = {}
-    i = 0
+def load_messages(proto=PROTO):
+    """env.proto's EnvServer service and its message classes, by message name.
 
-    def varint():
-        nonlocal i
-        value, shift = 0, 0
-        while True:
-            b = data[i]
-            i += 1
-            value |= (b & 0x7F) << shift
-            if b < 0x80:
-                return value
-            shift += 7
+    protoc compiles the .proto to its descriptors each time the server starts (milliseconds), and
+    protobuf's runtime makes the classes from them. So the .proto the C++ side is generated from
+    stays the one definition: no generated Python file to go stale, none to find in a build
+    folder (docs and tests start this file by its path alone). Debian's protoc is the one the
+    C++ build runs; grpcio-tools' is not used, since its release for our grpcio (1.76) requires
+    a protobuf older than the one in the venv, and descriptors, unlike generated Python, do not
+    tie the runtime to the generator's version.
+    """
+    protoc = shutil.which("protoc")
+    if protoc is None:
+        sys.exit(f"env server: no protoc on PATH to compile {proto} (Debian's protobuf-compiler; "
+                 "scripts/install_deps.sh installs it)")
+    if not proto.is_file():
+        sys.exit(f"env server: {proto} not found (this file reads it from its source tree)")
+    compiled = subprocess.run([protoc, f"-I{proto.parent}", "--descriptor_set_out=/dev/stdout",
+                               proto.name], capture_output=True)
+    if compiled.returncode != 0:
+        sys.exit(f"env server: protoc cannot compile {proto}: {compiled.stderr.decode().strip()}")
+    pool = descriptor_pool.DescriptorPool()
+    for file in descriptor_pb2.FileDescriptorSet.FromString(compiled.stdout).file:
+        pool.Add(file)
+    service = pool.FindServiceByName(SERVICE)
+    messages = {name: message_factory.GetMessageClass(m)
+                for name, m in service.file.message_types_by_name.items()}
+    return service, messages
 
-    while i < len(data):
-        key = varint()
-        if key & 7 != 2:
-            raise ValueError(f"field {key >> 3} is not length-delimited")
-        n = varint()
-        fields[key >> 3] = bytes(data[i:i + n])
-        i += n
-    return fields
+
+# env.proto's integers travel as little-endian bytes fields, as its arrays do.
+def value_bytes(value, dtype):
+    return np.asarray(value, dtype).tobytes()
 
 
-def encode(fields):
-    """The wire format of {field number: bytes}."""
-    out = bytearray()
-
-    def varint(value):
-        while True:
-            b = value & 0x7F
-            value >>= 7
-            out.append(b | (0x80 if value else 0))
-            if not value:
-                return
-
-    for number, value in sorted(fields.items()):
-        varint(number << 3 | 2)
-        varint(len(value))
-        out += value
-    return bytes(out)
+def value_of(data, dtype, what, context):
+    """The one value a bytes field holds; 0 where it is unset, as an unset integer field is."""
+    if not data:
+        return 0
+    if len(data) != np.dtype(dtype).itemsize:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                      f"{what} is {len(data)} bytes, not {np.dtype(dtype).itemsize}")
+    return int(np.frombuffer(data, dtype)[0])
 
 
 def make(env_id):
@@ -171,22 +175,27 @@ class Session:
                 self.episode_return[i] = 0.0
                 self.episode_length[i] = 0
 
-    def reply(self):
-        return encode({1: self.obs.tobytes(), 2: b"u8" if self.images else b"f32",
-                       3: self.rewards.tobytes(), 4: self.terminated.tobytes(),
-                       5: self.truncated.tobytes(), 6: self.episode_return.tobytes(),
-                       7: self.episode_length.tobytes()})
+    def reply(self, step_reply):
+        """This step as a `step_reply` (env.proto's StepReply class)."""
+        return step_reply(observations=self.obs.tobytes(), dtype="u8" if self.images else "f32",
+                          rewards=self.rewards.tobytes(), terminated=self.terminated.tobytes(),
+                          truncated=self.truncated.tobytes(),
+                          episode_return=self.episode_return.tobytes(),
+                          episode_length=self.episode_length.tobytes())
 
 
 class Server:
-    def __init__(self, idle_timeout):
+    """The EnvServer service: a method per rpc (Open -> open), on env.proto's messages."""
+
+    def __init__(self, idle_timeout, messages):
         self.sessions = {}
         self.ids = itertools.count(1)
         self.lock = threading.Lock()
         self.idle_timeout = idle_timeout
+        self.messages = messages
 
-    def session(self, fields, context):
-        sid = struct.unpack("<Q", fields.get(1, b"\0" * 8))[0]
+    def session(self, request, context):
+        sid = value_of(request.session, "<u8", "session", context)
         with self.lock:
             s = self.sessions.get(sid)
         if s is None:
@@ -211,10 +220,9 @@ class Server:
                   file=sys.stderr, flush=True)
 
     def open(self, request, context):
-        f = decode(request)
-        env_id = f.get(1, b"").decode()
-        num_envs = struct.unpack("<i", f.get(2, b"\0" * 4))[0]
-        seed = struct.unpack("<Q", f.get(3, b"\0" * 8))[0]
+        env_id = request.env
+        num_envs = value_of(request.num_envs, "<i4", "num_envs", context)
+        seed = value_of(request.seed, "<u8", "seed", context)
         if num_envs < 1:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "num_envs must be at least 1")
         try:
@@ -226,39 +234,51 @@ class Server:
             self.sessions[sid] = s
         print(f"env server: session {sid}: {num_envs} x {env_id}, observations {s.shape}",
               file=sys.stderr, flush=True)
-        return encode({1: struct.pack("<Q", sid), 2: struct.pack("<i", s.num_actions),
-                       3: np.asarray(s.shape, np.int32).tobytes()})
+        return self.messages["OpenReply"](session=value_bytes(sid, "<u8"),
+                                          num_actions=value_bytes(s.num_actions, "<i4"),
+                                          shape=value_bytes(s.shape, "<i4"))
 
     def reset(self, request, context):
-        s = self.session(decode(request), context)
+        s = self.session(request, context)
         with s.lock:
             s.reset()
-            return s.reply()
+            return s.reply(self.messages["StepReply"])
 
     def step(self, request, context):
-        f = decode(request)
-        s = self.session(f, context)
-        actions = np.frombuffer(f.get(2, b""), np.int32)
+        s = self.session(request, context)
+        actions = np.frombuffer(request.actions, np.int32)
         if actions.size != len(s.envs):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"{actions.size} actions for {len(s.envs)} environments")
         with s.lock:
             s.step(actions)
-            return s.reply()
+            return s.reply(self.messages["StepReply"])
 
     def close(self, request, context):
-        sid = struct.unpack("<Q", decode(request).get(1, b"\0" * 8))[0]
+        sid = value_of(request.session, "<u8", "session", context)
         with self.lock:
             s = self.sessions.pop(sid, None)
         if s is not None:
             with s.lock:
                 for e in s.envs:
                     e.close()
-        return b""
+        return self.messages["CloseReply"]()
+
+    def handler(self, service):
+        """gRPC's handler of `service` (env.proto's EnvServer) on this object's methods."""
+        handlers = {}
+        for method in service.methods:
+            request = self.messages[method.input_type.name]
+            reply = self.messages[method.output_type.name]
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                getattr(self, method.name.lower()), request_deserializer=request.FromString,
+                response_serializer=reply.SerializeToString)
+        return grpc.method_handlers_generic_handler(service.full_name, handlers)
 
 
 def bench(env_id, num_envs, seconds, seed):
     """Steps/s of a session stepped in this process: the steps alone, and with the reply."""
+    step_reply = load_messages()[1]["StepReply"]
     s = Session(env_id, num_envs, seed)
     rng = np.random.default_rng(seed)
     warm_until = time.perf_counter() + min(seconds, 1.0)  # caches, first episodes' resets
@@ -271,7 +291,7 @@ def bench(env_id, num_envs, seconds, seed):
         while time.perf_counter() - start < seconds:
             s.step(rng.integers(0, s.num_actions, num_envs, dtype=np.int32))
             if encode_reply:
-                s.reply()
+                s.reply(step_reply).SerializeToString()
             steps += num_envs
         rates[encode_reply] = steps / (time.perf_counter() - start)
     print(json.dumps({"type": "env_server_bench", "env": env_id, "envs": num_envs,
@@ -299,15 +319,12 @@ def main():
         return
     if args.idle_timeout <= 0:
         sys.exit("env server: --idle-timeout must be positive")
-    impl = Server(args.idle_timeout)
-    raw = dict(request_deserializer=None, response_serializer=None)
-    handlers = {name: grpc.unary_unary_rpc_method_handler(fn, **raw) for name, fn in
-                (("Open", impl.open), ("Reset", impl.reset), ("Step", impl.step),
-                 ("Close", impl.close))}
+    service, messages = load_messages()
+    impl = Server(args.idle_timeout, messages)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=args.threads),
                          options=[("grpc.max_receive_message_length", -1),
                                   ("grpc.max_send_message_length", -1)])
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    server.add_generic_rpc_handlers((impl.handler(service),))
     port = server.add_insecure_port(f"{args.host}:{args.port}")
     if port == 0:
         sys.exit(f"env server: cannot listen on {args.host}:{args.port}")

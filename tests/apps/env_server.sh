@@ -13,8 +13,9 @@ python="${2:?python}"
 bin="$build/replicator"
 server_py="$(cd "$(dirname "$0")/../.." && pwd)/python/env_server.py"
 source "$(dirname "$0")/processes.sh"
-if ! "$python" -c "import gymnasium, grpc" 2>/dev/null; then
-  echo "skipped: $python lacks gymnasium or grpcio (scripts/install_deps.sh installs them)" >&2
+if ! "$python" -c "import gymnasium, grpc, google.protobuf" 2>/dev/null; then
+  echo "skipped: $python lacks gymnasium, grpcio or protobuf (scripts/install_deps.sh" \
+    "installs them)" >&2
   exit 77
 fi
 
