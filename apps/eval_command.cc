@@ -13,8 +13,8 @@
 #include "apps/command.h"
 #include "apps/eval/gan_quality.h"
 #include "apps/eval_flags.h"
-#include "apps/train/job.h"
 #include "replicator/data/fashion_mnist.h"
+#include "replicator/train/reporter.h"
 
 namespace replicator::apps {
 namespace {
@@ -50,7 +50,7 @@ int run_eval_real(const EvalRealFlags& f) {
     j["classifier"] = f.classifier;
     j.update(to_json(quality));
     j["total_seconds"] = seconds;
-    print_json_result(j);
+    train::print_json_result(j);
   } else {
     std::printf("classifier %s\n%s%.1f s in all\n", f.classifier.c_str(),
                 quality_table(quality, "trivial generator").c_str(), seconds);

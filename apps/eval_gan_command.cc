@@ -14,11 +14,11 @@
 #include "apps/command.h"
 #include "apps/eval/gan_quality.h"
 #include "apps/eval_flags.h"
-#include "apps/pictures/plot.h"
-#include "apps/pictures/png.h"
 #include "apps/train/gan.h"
-#include "apps/train/job.h"
 #include "replicator/data/fashion_mnist.h"
+#include "replicator/train/plot.h"
+#include "replicator/train/png.h"
+#include "replicator/train/reporter.h"
 
 namespace replicator::apps {
 namespace {
@@ -46,8 +46,8 @@ int run_eval_gan(const EvalGanFlags& f) {
   announce_cas(o, " of the last checkpoint");
   QualitySetup q = prepare_quality(std::move(classifier), f.data_dir, o);
 
-  Chart fd_chart{.title = "Frechet distance (classifier features)", .x_label = "step"};
-  Chart accuracy_chart{.title = "GAN-test accuracy", .x_label = "step"};
+  train::Chart fd_chart{.title = "Frechet distance (classifier features)", .x_label = "step"};
+  train::Chart accuracy_chart{.title = "GAN-test accuracy", .x_label = "step"};
   fd_chart.series.push_back({.name = "generator"});
   accuracy_chart.series.push_back({.name = "generator"});
   for (std::size_t i = 0; i < f.checkpoints.size(); ++i) {
@@ -75,7 +75,7 @@ int run_eval_gan(const EvalGanFlags& f) {
       j["step"] = position.step;
       j["classifier"] = f.classifier;
       j.update(to_json(quality));
-      print_json_result(j);
+      train::print_json_result(j);
     } else {
       std::printf("%s (step %lld)\n%s", f.checkpoints[i].c_str(),
                   static_cast<long long>(position.step),
@@ -94,7 +94,7 @@ int run_eval_gan(const EvalGanFlags& f) {
     accuracy_chart.series.push_back({.name = "real test images",
                                      .x = {lo, hi},
                                      .y = {q.reference.test_accuracy, q.reference.test_accuracy}});
-    write_png(f.plot, render_charts({fd_chart, accuracy_chart}));
+    train::write_png(f.plot, train::render_charts({fd_chart, accuracy_chart}));
   }
   if (!f.json) {
     std::printf("%.1f s in all\n",

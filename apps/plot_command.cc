@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "apps/command.h"
-#include "apps/pictures/plot.h"
 #include "replicator/errors.h"
+#include "replicator/train/plot.h"
 
 namespace replicator::apps {
 namespace {
@@ -36,18 +36,18 @@ int run_plot(const PlotFlags& f) {
   std::vector<std::vector<std::string>> groups;
   for (const std::string& group : split(f.y, ',')) groups.push_back(split(group, '+'));
   if (groups.empty()) throw ConfigError("--y names no field: '" + f.y + "'");
-  std::vector<Chart> charts = charts_from_metrics(f.metrics, f.x, groups, f.type);
+  std::vector<train::Chart> charts = train::charts_from_metrics(f.metrics, f.x, groups, f.type);
   std::size_t points = 0;
-  for (Chart& chart : charts) {
+  for (train::Chart& chart : charts) {
     chart.log_x = f.log_x;
-    for (const Series& s : chart.series) points += s.x.size();
+    for (const train::Series& s : chart.series) points += s.x.size();
   }
   if (points == 0) {
     throw DataError("no line of " + f.metrics + " has the number '" + f.x + "' beside any of '" +
                         f.y + "'" + (f.type.empty() ? "" : " with type '" + f.type + "'"),
                     f.metrics);
   }
-  write_png(f.out, render_charts(charts, {.width = f.width, .height = f.height}));
+  train::write_png(f.out, train::render_charts(charts, {.width = f.width, .height = f.height}));
   std::fprintf(stderr, "wrote %s: %zu charts, %zu points\n", f.out.c_str(), charts.size(), points);
   return 0;
 }

@@ -12,8 +12,8 @@
 #include "apps/job_flags.h"
 #include "apps/memory.h"
 #include "apps/train/impala.h"
-#include "apps/train/job.h"
 #include "replicator/config.h"
+#include "replicator/train/reporter.h"
 
 namespace replicator::apps {
 namespace {
@@ -48,7 +48,7 @@ int run_actor(ActorFlags& f) {
                static_cast<long long>(r.sent), static_cast<long long>(r.acknowledged),
                static_cast<long long>(r.lost), r.reconnects, static_cast<long long>(r.versions));
   if (f.json) {
-    print_json_result(
+    train::print_json_result(
         {{"type", "rl_actor"},
          {"actor", r.actor},
          {"learner", r.learner},

@@ -9,8 +9,8 @@
 #include "apps/job_flags.h"
 #include "apps/memory.h"
 #include "apps/train/classifier.h"
-#include "apps/train/job.h"
 #include "replicator/errors.h"
+#include "replicator/train/reporter.h"
 
 namespace replicator::apps {
 namespace {
@@ -67,7 +67,7 @@ int run_train(const TrainFlags& f) {
     j["images_per_s"] = r.images_per_s;
     j["test_accuracy"] = r.test_accuracy;
     j["digest"] = r.digest;
-    print_json_result(j);
+    train::print_json_result(j);
   }
   return 0;
 }

@@ -11,7 +11,7 @@
 #include "apps/job_flags.h"
 #include "apps/memory.h"
 #include "apps/train/gan.h"
-#include "apps/train/job.h"
+#include "replicator/train/reporter.h"
 
 namespace replicator::apps {
 namespace {
@@ -67,22 +67,22 @@ int run_gan(const GanFlags& f) {
                r.processes, r.local_replicas, r.seconds, r.images_per_s, r.d_loss, r.g_loss,
                r.digest.c_str());
   if (f.job.json) {
-    print_json_result({{"type", "gan"},
-                       {"engine", std::string(to_string(o.config.engine))},
-                       {"replicas", r.replicas},
-                       {"local_replicas", r.local_replicas},
-                       {"processes", r.processes},
-                       {"threads", o.threads},
-                       {"global_batch", o.global_batch},
-                       {"accumulate", o.accumulate},
-                       {"width", o.model.width},
-                       {"d_steps", o.d_steps},
-                       {"steps", r.steps},
-                       {"seconds", r.seconds},
-                       {"images_per_s", r.images_per_s},
-                       {"d_loss", r.d_loss},
-                       {"g_loss", r.g_loss},
-                       {"digest", r.digest}});
+    train::print_json_result({{"type", "gan"},
+                              {"engine", std::string(to_string(o.config.engine))},
+                              {"replicas", r.replicas},
+                              {"local_replicas", r.local_replicas},
+                              {"processes", r.processes},
+                              {"threads", o.threads},
+                              {"global_batch", o.global_batch},
+                              {"accumulate", o.accumulate},
+                              {"width", o.model.width},
+                              {"d_steps", o.d_steps},
+                              {"steps", r.steps},
+                              {"seconds", r.seconds},
+                              {"images_per_s", r.images_per_s},
+                              {"d_loss", r.d_loss},
+                              {"g_loss", r.g_loss},
+                              {"digest", r.digest}});
   }
   return 0;
 }

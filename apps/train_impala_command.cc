@@ -10,8 +10,8 @@
 #include "apps/job_flags.h"
 #include "apps/memory.h"
 #include "apps/train/impala.h"
-#include "apps/train/job.h"
 #include "replicator/errors.h"
+#include "replicator/train/reporter.h"
 
 namespace replicator::apps {
 namespace {
@@ -48,32 +48,32 @@ int run_impala(const ImpalaFlags& f) {
     const auto number = [](double v) {
       return std::isnan(v) ? nlohmann::ordered_json() : nlohmann::ordered_json(v);
     };
-    print_json_result({{"type", "impala"},
-                       {"env", o.env},
-                       {"engine", std::string(to_string(o.config.engine))},
-                       {"replicas", r.replicas},
-                       {"local_replicas", r.local_replicas},
-                       {"processes", r.processes},
-                       {"actors", r.actors},
-                       {"envs_per_actor", o.envs_per_actor},
-                       {"unroll", o.unroll},
-                       {"batch", o.batch},
-                       {"steps", r.steps},
-                       {"frames", r.frames},
-                       {"frames_played", r.played},
-                       {"episodes", r.episodes},
-                       {"seconds", r.seconds},
-                       {"frames_per_s", r.frames_per_s},
-                       {"steps_per_s", r.steps_per_s},
-                       {"mean_return", number(r.mean_return)},
-                       {"random_return", number(r.random_return)},
-                       {"target_return", number(r.target_return)},
-                       {"solved_frames", r.solved_frames},
-                       {"solved_seconds", r.solved_seconds},
-                       {"remote_actors", o.remote_actors},
-                       {"remote_unrolls", r.remote_unrolls},
-                       {"remote_after_finish", r.remote_after_finish},
-                       {"digest", r.digest}});
+    train::print_json_result({{"type", "impala"},
+                              {"env", o.env},
+                              {"engine", std::string(to_string(o.config.engine))},
+                              {"replicas", r.replicas},
+                              {"local_replicas", r.local_replicas},
+                              {"processes", r.processes},
+                              {"actors", r.actors},
+                              {"envs_per_actor", o.envs_per_actor},
+                              {"unroll", o.unroll},
+                              {"batch", o.batch},
+                              {"steps", r.steps},
+                              {"frames", r.frames},
+                              {"frames_played", r.played},
+                              {"episodes", r.episodes},
+                              {"seconds", r.seconds},
+                              {"frames_per_s", r.frames_per_s},
+                              {"steps_per_s", r.steps_per_s},
+                              {"mean_return", number(r.mean_return)},
+                              {"random_return", number(r.random_return)},
+                              {"target_return", number(r.target_return)},
+                              {"solved_frames", r.solved_frames},
+                              {"solved_seconds", r.solved_seconds},
+                              {"remote_actors", o.remote_actors},
+                              {"remote_unrolls", r.remote_unrolls},
+                              {"remote_after_finish", r.remote_after_finish},
+                              {"digest", r.digest}});
   }
   return 0;
 }

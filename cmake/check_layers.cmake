@@ -9,7 +9,8 @@
 #
 # A file's layer: src/<layer>/...; apps/, bench/, examples/ and tests/ are the top. Public
 # headers include/replicator/<h>: the layer that implements them (below).
-set(REPLICATOR_LAYERS base rendezvous comm engines collectives runtime launch torch data rl apps)
+set(REPLICATOR_LAYERS
+  base rendezvous comm engines collectives runtime launch torch data rl train apps)
 
 function(_replicator_public_layer header out)
   if(header MATCHES "^replicator/(dtype|errors|config|options)\\.h$")
@@ -26,6 +27,8 @@ function(_replicator_public_layer header out)
     set(layer data)
   elseif(header MATCHES "^replicator/rl/")
     set(layer rl)
+  elseif(header MATCHES "^replicator/train/")
+    set(layer train)
   else()
     set(layer "")
   endif()

@@ -30,6 +30,10 @@ plant include/replicator/rendezvous/store.h '#include "replicator/replicator.h"'
   'include/replicator/rendezvous/store.h (layer rendezvous) includes "replicator/replicator.h" (layer runtime)'
 plant src/launch/launcher.cc '#include "replicator/torch.h"' \
   'src/launch/launcher.cc (layer launch) includes "replicator/torch.h" (layer torch)'
+plant src/train/reporter.cc '#include "apps/command.h"' \
+  'src/train/reporter.cc (layer train) includes "apps/command.h" (layer apps)'
+plant src/rl/env.cc '#include "replicator/train/reporter.h"' \
+  'src/rl/env.cc (layer rl) includes "replicator/train/reporter.h" (layer train)'
 plant src/rendezvous/heartbeat.cc '#include <gloo/context.h>' \
   'src/rendezvous/heartbeat.cc includes #include <gloo/context.h>: include src/engines/gloo/gloo.h'
 echo "layers: the tree passes; planted upward includes and a direct gloo include are caught"

@@ -7,15 +7,15 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "apps/pictures/plot.h"
-#include "apps/train/job.h"
-#include "apps/train/job_checkpoint.h"
 #include "apps/train/resnet.h"
 #include "replicator/data/fashion_mnist.h"
 #include "replicator/data/sharded_loader.h"
 #include "replicator/errors.h"
 #include "replicator/replicator.h"
 #include "replicator/torch.h"
+#include "replicator/train/job_checkpoint.h"
+#include "replicator/train/plot.h"
+#include "replicator/train/reporter.h"
 
 namespace replicator::apps {
 namespace {
@@ -71,7 +71,7 @@ Evaluation evaluate(ReplicaContext& ctx, ResNet& model, data::ShardedLoader& loa
 }
 
 // The classifier's lines and records, through the job's reporter.
-void report_train(JobReporter& reporter, const TrainOptions& o, std::int64_t epoch,
+void report_train(train::JobReporter& reporter, const TrainOptions& o, std::int64_t epoch,
                   std::int64_t step, std::int64_t total_steps, double loss, double lr,
                   double images_per_s, double elapsed) {
   char line[200];
@@ -79,7 +79,7 @@ void report_train(JobReporter& reporter, const TrainOptions& o, std::int64_t epo
                 "epoch %lld/%d  step %lld/%lld  loss %.4f  %.0f images/s  ETA %s",
                 static_cast<long long>(epoch) + 1, o.epochs, static_cast<long long>(step),
                 static_cast<long long>(total_steps), loss, images_per_s,
-                clock_text(reporter.eta(elapsed)).c_str());
+                train::clock_text(reporter.eta(elapsed)).c_str());
   reporter.progress(line);
   reporter.metric({{"type", "train"},
                    {"epoch", epoch},
@@ -90,7 +90,7 @@ void report_train(JobReporter& reporter, const TrainOptions& o, std::int64_t epo
                    {"elapsed_s", elapsed}});
 }
 
-void report_evaluation(JobReporter& reporter, std::int64_t epoch, std::int64_t step,
+void report_evaluation(train::JobReporter& reporter, std::int64_t epoch, std::int64_t step,
                        const Evaluation& e) {
   char line[120];
   std::snprintf(line, sizeof line, "epoch %lld: test accuracy %.4f, test loss %.4f",
@@ -176,19 +176,19 @@ TrainResult train_classifier(const TrainOptions& o) {
     std::optional<rt::CheckpointFolder> folder;
     if (!o.out.empty()) folder.emplace(o.out, o.keep_checkpoints);
     const rt::TrainingPosition position =
-        resume_job(ctx, o.resume, folder ? &*folder : nullptr, *model, *sgd);
+        train::resume_job(ctx, o.resume, folder ? &*folder : nullptr, *model, *sgd);
     // A checkpoint brings the layout it was saved in; the run's own wins.
     rt::to_memory_format(*model, memory_format(model->options()));
     const std::int64_t last = o.max_steps > 0 ? std::min(total, o.max_steps) : total;
     const std::int64_t steps_to_run = std::max<std::int64_t>(0, last - position.step);
 
-    std::optional<JobReporter> reporter;
+    std::optional<train::JobReporter> reporter;
     if (result.reporter && !o.quiet) {
-      reporter.emplace(JobReporterOptions{.out = o.out,
-                                          .tensorboard = o.tensorboard,
-                                          .progress = o.progress,
-                                          .resume_step = position.step,
-                                          .steps_to_run = steps_to_run});
+      reporter.emplace(train::JobReporterOptions{.out = o.out,
+                                                 .tensorboard = o.tensorboard,
+                                                 .progress = o.progress,
+                                                 .resume_step = position.step,
+                                                 .steps_to_run = steps_to_run});
     }
     const auto checkpoint = [&](const rt::TrainingPosition& p) {
       if (result.reporter && folder) folder->save(*model, *sgd, p);
@@ -253,17 +253,17 @@ TrainResult train_classifier(const TrainOptions& o) {
     if (reporter && !o.out.empty()) {
       // The curves of the whole run (metrics.jsonl holds the steps before a resume too): the
       // loss (a run too short to log one says "no data"), and the test accuracy if evaluated.
-      std::vector<Chart> charts =
-          charts_from_metrics(reporter->metrics_path(), "step", {{"loss"}, {"test_accuracy"}});
+      std::vector<train::Chart> charts = train::charts_from_metrics(
+          reporter->metrics_path(), "step", {{"loss"}, {"test_accuracy"}});
       if (charts[1].series[0].x.empty()) charts.pop_back();
-      reporter->picture("curves", step, render_charts(charts));
+      reporter->picture("curves", step, train::render_charts(charts));
     }
     if (reporter) reporter->finish();
 
-    result.digest = check_replicas_agree(ctx, *model);
+    result.digest = train::check_replicas_agree(ctx, *model);
     return result;
   };
-  return run_job_replicas(replicator, train_replica);
+  return train::run_job_replicas(replicator, train_replica);
 }
 
 }  // namespace replicator::apps

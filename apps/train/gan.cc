@@ -8,14 +8,14 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "apps/pictures/plot.h"
-#include "apps/pictures/png.h"
-#include "apps/train/job.h"
-#include "apps/train/job_checkpoint.h"
 #include "replicator/data/sharded_loader.h"
 #include "replicator/errors.h"
 #include "replicator/replicator.h"
 #include "replicator/torch.h"
+#include "replicator/train/job_checkpoint.h"
+#include "replicator/train/plot.h"
+#include "replicator/train/png.h"
+#include "replicator/train/reporter.h"
 
 namespace replicator::apps {
 namespace {
@@ -156,7 +156,7 @@ GanResult train_gan(const GanOptions& o) {
     // handles stay valid).
     rt::ModuleEma ema(*G, *models->ema, {.decay = o.ema_decay, .start_step = o.ema_start});
     const rt::TrainingPosition position =
-        resume_job(ctx, o.resume, folder ? &*folder : nullptr, *models, optimizers);
+        train::resume_job(ctx, o.resume, folder ? &*folder : nullptr, *models, optimizers);
     // A checkpoint brings the layout it was saved in; the run's own wins.
     rt::to_memory_format(*models, memory_format(o.model));
 
@@ -166,13 +166,13 @@ GanResult train_gan(const GanOptions& o) {
                                                      .seed = o.seed}),
                      position);
     const std::int64_t last = std::max(position.step, o.steps);
-    std::optional<JobReporter> reporter;
+    std::optional<train::JobReporter> reporter;
     if (result.reporter) {
-      reporter.emplace(JobReporterOptions{.out = o.out,
-                                          .tensorboard = o.tensorboard,
-                                          .progress = o.progress,
-                                          .resume_step = position.step,
-                                          .steps_to_run = last - position.step});
+      reporter.emplace(train::JobReporterOptions{.out = o.out,
+                                                 .tensorboard = o.tensorboard,
+                                                 .progress = o.progress,
+                                                 .resume_step = position.step,
+                                                 .steps_to_run = last - position.step});
     }
     std::int64_t step = position.step;
     const auto checkpoint = [&] {
@@ -194,14 +194,14 @@ GanResult train_gan(const GanOptions& o) {
         const ::torch::Tensor zs = z.repeat({o.model.classes, 1});
         const ::torch::Tensor ys = ::torch::arange(o.model.classes).repeat_interleave(kCols);
         const ::torch::Tensor pixels = to_pixels(E(zs, ys)).contiguous();
-        const Image grid =
-            tile_images({pixels.data_ptr<std::uint8_t>(), static_cast<std::size_t>(pixels.numel())},
-                        static_cast<int>(zs.size(0)), 28, 28, 1, {.cols = kCols});
+        const train::Image grid = train::tile_images(
+            {pixels.data_ptr<std::uint8_t>(), static_cast<std::size_t>(pixels.numel())},
+            static_cast<int>(zs.size(0)), 28, 28, 1, {.cols = kCols});
         reporter->picture("samples", step, grid);
         if (!o.out.empty()) {
           char name[40];
           std::snprintf(name, sizeof name, "samples-%09lld.png", static_cast<long long>(step));
-          write_png(o.out / name, grid);
+          train::write_png(o.out / name, grid);
         }
         if (o.quality) {
           nlohmann::ordered_json record{{"type", "quality"}, {"step", step}};
@@ -285,7 +285,7 @@ GanResult train_gan(const GanOptions& o) {
                         "%.0f images/s  ETA %s",
                         static_cast<long long>(step), static_cast<long long>(last), result.d_loss,
                         result.g_loss, window[kDReal] / n, window[kDFake] / n, rate,
-                        clock_text(reporter->eta(seconds_since(started))).c_str());
+                        train::clock_text(reporter->eta(seconds_since(started))).c_str());
           reporter->progress(line);
           reporter->metric({{"type", "train"},
                             {"step", step},
@@ -310,17 +310,17 @@ GanResult train_gan(const GanOptions& o) {
     samples();
     if (reporter && !o.out.empty()) {
       // The curves of the whole run (metrics.jsonl holds the steps before a resume too).
-      const std::vector<Chart> charts = charts_from_metrics(
+      const std::vector<train::Chart> charts = train::charts_from_metrics(
           reporter->metrics_path(), "step",
           {{"d_loss", "g_loss"}, {"d_real", "d_fake"}, {"fd"}, {"gan_test_accuracy"}}, "",
           /*skip_empty=*/true);
-      if (!charts.empty()) reporter->picture("curves", step, render_charts(charts));
+      if (!charts.empty()) reporter->picture("curves", step, train::render_charts(charts));
     }
     if (reporter) reporter->finish();
-    result.digest = check_replicas_agree(ctx, *models);
+    result.digest = train::check_replicas_agree(ctx, *models);
     return result;
   };
-  return run_job_replicas(replicator, train_replica);
+  return train::run_job_replicas(replicator, train_replica);
 }
 
 void standing_statistics_for_sampling(Generator& generator, int batches, std::int64_t global,

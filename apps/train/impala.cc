@@ -20,16 +20,16 @@
 #include <thread>
 #include <vector>
 
-#include "apps/pictures/plot.h"
-#include "apps/pictures/png.h"
-#include "apps/train/job.h"
-#include "apps/train/job_checkpoint.h"
 #include "replicator/errors.h"
 #include "replicator/replicator.h"
 #include "replicator/rl/actor.h"
 #include "replicator/rl/learner.h"
 #include "replicator/rl/parameter_store.h"
 #include "replicator/rl/policy.h"
+#include "replicator/train/job_checkpoint.h"
+#include "replicator/train/plot.h"
+#include "replicator/train/png.h"
+#include "replicator/train/reporter.h"
 #ifdef REPLICATOR_HAVE_GRPC
 #include "replicator/rl/remote.h"
 #endif
@@ -328,7 +328,7 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
     std::optional<rt::CheckpointFolder> folder;
     if (!o.out.empty()) folder.emplace(o.out, o.keep_checkpoints);
     const rt::TrainingPosition position =
-        resume_job(ctx, o.resume, folder ? &*folder : nullptr, *model, learner.optimizer());
+        train::resume_job(ctx, o.resume, folder ? &*folder : nullptr, *model, learner.optimizer());
     std::int64_t step = position.step;
     const bool publisher = ctx.local_replica_id() == 0;
     const auto publish = [&] {
@@ -340,14 +340,14 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
       if (result.reporter && folder) folder->save(*model, learner.optimizer(), {.step = step});
     };
 
-    std::optional<JobReporter> reporter;
+    std::optional<train::JobReporter> reporter;
     if (result.reporter) {
       reporter.emplace(
-          JobReporterOptions{.out = o.out,
-                             .tensorboard = o.tensorboard,
-                             .progress = o.progress,
-                             .resume_step = step,
-                             .steps_to_run = std::max<std::int64_t>(0, total_steps - step)});
+          train::JobReporterOptions{.out = o.out,
+                                    .tensorboard = o.tensorboard,
+                                    .progress = o.progress,
+                                    .resume_step = step,
+                                    .steps_to_run = std::max<std::int64_t>(0, total_steps - step)});
       reporter->note("impala on " + o.env + ": " + std::to_string(result.actors) + " actors x " +
                      std::to_string(o.envs_per_actor) + " environments, learner " +
                      std::to_string(R) + " replicas (" + std::to_string(P) + " processes x " +
@@ -418,7 +418,7 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
                         steps_per_s * static_cast<double>(frames_per_step), steps_per_s,
                         mean_return, lag, static_cast<long long>(q.size),
                         static_cast<long long>(q.max_size),
-                        clock_text(reporter->eta(elapsed)).c_str());
+                        train::clock_text(reporter->eta(elapsed)).c_str());
 #ifdef REPLICATOR_HAVE_GRPC
           if (server) {
             const rl::LearnerServerStats remote_stats = server->stats();
@@ -473,27 +473,27 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
       // The learning curve, against frames and against wall seconds (metrics.jsonl holds the
       // steps before a resume too).
       const std::filesystem::path metrics = reporter->metrics_path();
-      std::vector<Chart> charts =
-          charts_from_metrics(metrics, "frames", {{"mean_return", "random_return"}}, "train");
-      std::vector<Chart> by_time =
-          charts_from_metrics(metrics, "seconds", {{"mean_return", "random_return"}}, "train");
+      std::vector<train::Chart> charts = train::charts_from_metrics(
+          metrics, "frames", {{"mean_return", "random_return"}}, "train");
+      std::vector<train::Chart> by_time = train::charts_from_metrics(
+          metrics, "seconds", {{"mean_return", "random_return"}}, "train");
       charts.insert(charts.end(), by_time.begin(), by_time.end());
       if (charts.size() == 2) {
         charts[0].title = o.env + ": mean return of the last 100 episodes";
         charts[0].x_label = "frames";
         charts[1].title = o.env + ": mean return against wall time";
         charts[1].x_label = "seconds";
-        for (Chart& c : charts) c.y_label = "return";
-        reporter->picture("learning_curve", step, render_charts(charts));
+        for (train::Chart& c : charts) c.y_label = "return";
+        reporter->picture("learning_curve", step, train::render_charts(charts));
       }
     }
     if (reporter) reporter->finish();
 
-    result.digest = check_replicas_agree(ctx, *model);
+    result.digest = train::check_replicas_agree(ctx, *model);
     return result;
   };
 
-  const auto run_learners = [&] { return run_job_replicas(replicator, learner_replica); };
+  const auto run_learners = [&] { return train::run_job_replicas(replicator, learner_replica); };
   ImpalaResult result;
   try {
     result = run_learners();

@@ -74,7 +74,7 @@ if [ -x "$python" ] && "$python" -c 'import tensorboard' 2>/dev/null; then
   "$replicator" "${common[@]}" "${batch[@]}" --steps 3 --report-every 1 --sample-every 2 \
     --out "$work/tb" --tensorboard "$work/tb/logs" >/dev/null 2>"$work/tb.err" ||
     fail "$(cat "$work/tb.err")"
-  "$python" "$here/tensorboard_read.py" run "$work/tb/logs" train/d_loss samples,curves ||
+  "$python" "$here/../train/tensorboard_read.py" run "$work/tb/logs" train/d_loss samples,curves ||
     fail "TensorBoard's reader"
 else
   echo "skipped the TensorBoard check: no python with tensorboard at '$python'"

@@ -70,7 +70,7 @@ if [ -x "$python" ] && "$python" -c 'import tensorboard' 2>/dev/null; then
   done
   files=$(ls "$work/tb/logs" | grep -c '^events\.out\.tfevents\.' || true)
   [ "$files" = 2 ] || fail "expected 2 event files, found: $(ls "$work/tb/logs")"
-  "$python" "$here/tensorboard_read.py" run "$work/tb/logs" || fail "TensorBoard's reader"
+  "$python" "$here/../train/tensorboard_read.py" run "$work/tb/logs" || fail "TensorBoard's reader"
 else
   echo "skipped the TensorBoard check: no python with tensorboard at '$python'"
 fi

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace replicator::apps {
+namespace replicator::train {
 
 // CRC-32C (Castagnoli, reflected polynomial 0x82F63B78) of `data`, continuing from `crc` (the
 // CRC of the bytes before; 0 to start). crc32c("123456789") == 0xE3069283. Never throws.
@@ -45,7 +45,7 @@ class TensorBoardWriter {
   // DataError when the event cannot be written.
   void scalar(const std::string& tag, std::int64_t step, double value);
   // The PNG file `png` of height x width pixels with `channels` 1 (grey), 3 (RGB) or
-  // 4 (RGBA) as the image `tag` at `step` (apps/pictures/png.h encodes one). BLOCKS on file
+  // 4 (RGBA) as the image `tag` at `step` (replicator/train/png.h encodes one). BLOCKS on file
   // I/O. Throws InvalidArgument on a non-positive size or another channel count, DataError
   // when the event cannot be written.
   void image(const std::string& tag, std::int64_t step, std::span<const std::uint8_t> png,
@@ -67,4 +67,4 @@ class TensorBoardWriter {
   std::ofstream file_;
 };
 
-}  // namespace replicator::apps
+}  // namespace replicator::train

@@ -1,4 +1,4 @@
-#include "apps/train/tensorboard.h"
+#include "replicator/train/tensorboard.h"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 
 #include "replicator/errors.h"
 
-namespace replicator::apps {
+namespace replicator::train {
 namespace {
 
 using Bytes = std::vector<std::uint8_t>;
@@ -211,4 +211,4 @@ void TensorBoardWriter::write_event(std::span<const std::uint8_t> event) {
   }
 }
 
-}  // namespace replicator::apps
+}  // namespace replicator::train

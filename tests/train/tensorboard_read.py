@@ -1,7 +1,7 @@
 """Reads the TensorBoard event files that the jobs write with TensorBoard's own reader
 (EventAccumulator) and checks what it finds.
 
-  tensorboard_read.py writer PROGRAM   runs tests/apps/tensorboard_write (PROGRAM) on a fresh
+  tensorboard_read.py writer PROGRAM   runs tests/train/tensorboard_write (PROGRAM) on a fresh
                                        folder and checks every tag, step and value it wrote
   tensorboard_read.py run LOGDIR [SCALAR [IMAGE,...]]
                                        a training job's folder: the scalar SCALAR (default

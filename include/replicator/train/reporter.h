@@ -1,8 +1,8 @@
 // What every training job (classifier, GAN, IMPALA) shares around its own loop: the
 // reporter that prints progress on stderr, appends metrics.jsonl and writes TensorBoard event
-// files (apps/train/tensorboard.h), the ETA text, the
-// check that every replica starts from the same step, and the --json result line. No
-// LibTorch here (apps/train/job_checkpoint.h holds the checkpoint glue that needs it).
+// files (replicator/train/tensorboard.h), the ETA text, the check that every replica starts
+// from the same step, and the --json result line. No LibTorch here
+// (replicator/train/job_checkpoint.h holds the checkpoint glue that needs it).
 //
 // A job's skeleton (the classifier, apps/train/classifier.cc, is the worked example):
 //   const TrainingPosition position = resume_job(ctx, resume, folder, model, optimizer);
@@ -14,7 +14,8 @@
 //   each step: if (reporter) reporter->count_step();
 //     now and then: reporter->progress("step 10/100 ... ETA " + clock_text(reporter->eta(s)));
 //                   reporter->metric({{"type", "train"}, {"step", 10}, {"loss", 0.5}});
-//   reporter->finish();  then pictures (apps/pictures) in `out`; print_json_result with --json.
+//   reporter->finish();  then pictures (replicator/train/plot.h) in `out`; print_json_result
+//   with --json.
 #pragma once
 
 #include <cstdint>
@@ -25,13 +26,13 @@
 #include <optional>
 #include <string>
 
-#include "apps/train/tensorboard.h"
+#include "replicator/train/tensorboard.h"
 
 namespace replicator {
 class ReplicaContext;
 }
 
-namespace replicator::apps {
+namespace replicator::train {
 
 struct Image;
 
@@ -102,7 +103,7 @@ class JobReporter {
   // alone in a record without "type") at that step. BLOCKS on file I/O. Throws DataError when
   // the line or an event cannot be written.
   void metric(const nlohmann::ordered_json& record);
-  // Writes `image` (apps/pictures/png.h) as the TensorBoard image `tag` at `step`; nothing
+  // Writes `image` (replicator/train/png.h) as the TensorBoard image `tag` at `step`; nothing
   // without `tensorboard`. BLOCKS on file I/O. Throws InvalidArgument on an image that
   // encode_png refuses, DataError when the event cannot be written.
   void image(const std::string& tag, std::int64_t step, const Image& image);
@@ -144,4 +145,4 @@ void check_same_start_step(ReplicaContext& ctx, std::int64_t step,
 // but std::bad_alloc.
 void print_json_result(const nlohmann::ordered_json& result);
 
-}  // namespace replicator::apps
+}  // namespace replicator::train

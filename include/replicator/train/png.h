@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace replicator::apps {
+namespace replicator::train {
 
 // An 8-bit image, rows top to bottom, each pixel's `channels` bytes together (1: gray,
 // 3: RGB, 4: RGBA). pixels.size() == width * height * channels.
@@ -56,4 +56,4 @@ struct GridOptions {
 Image tile_images(std::span<const std::uint8_t> images, int count, int height, int width,
                   int channels, const GridOptions& options = {});
 
-}  // namespace replicator::apps
+}  // namespace replicator::train

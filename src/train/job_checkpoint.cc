@@ -1,4 +1,4 @@
-#include "apps/train/job_checkpoint.h"
+#include "replicator/train/job_checkpoint.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "apps/train/job.h"
 #include "replicator/errors.h"
+#include "replicator/train/reporter.h"
 
-namespace replicator::apps {
+namespace replicator::train {
 
 replicator::torch::TrainingPosition resume_job(ReplicaContext& ctx,
                                                const std::filesystem::path& resume,
@@ -79,4 +79,4 @@ std::string check_replicas_agree(ReplicaContext& ctx, ::torch::nn::Module& model
   return hex(mine);
 }
 
-}  // namespace replicator::apps
+}  // namespace replicator::train

@@ -1,4 +1,4 @@
-#include "apps/pictures/png.h"
+#include "replicator/train/png.h"
 
 #include <unistd.h>
 #include <zlib.h>
@@ -10,7 +10,7 @@
 
 #include "replicator/errors.h"
 
-namespace replicator::apps {
+namespace replicator::train {
 namespace {
 
 void check_shape(int width, int height, int channels) {
@@ -165,4 +165,4 @@ Image tile_images(std::span<const std::uint8_t> images, int count, int height, i
   return grid;
 }
 
-}  // namespace replicator::apps
+}  // namespace replicator::train

@@ -1,6 +1,6 @@
-// The PNG writer (apps/pictures/png.h) read back by libpng, a decoder we did not write: every
+// The PNG writer (replicator/train/png.h) read back by libpng, a decoder we did not write: every
 // pixel of grey, RGB and RGBA images of odd sizes.
-#include "apps/pictures/png.h"
+#include "replicator/train/png.h"
 
 #include <gtest/gtest.h>
 #include <png.h>
@@ -10,7 +10,7 @@
 #include <tuple>
 #include <vector>
 
-namespace replicator::apps {
+namespace replicator::train {
 namespace {
 
 struct Decoded {
@@ -75,4 +75,4 @@ TEST(PngLibpng, DecodesAFlatImage) {
 }
 
 }  // namespace
-}  // namespace replicator::apps
+}  // namespace replicator::train

@@ -1,4 +1,4 @@
-#include "apps/pictures/plot.h"
+#include "replicator/train/plot.h"
 
 #include <algorithm>
 #include <array>
@@ -10,7 +10,7 @@
 
 #include "replicator/errors.h"
 
-namespace replicator::apps {
+namespace replicator::train {
 namespace {
 
 // ASCII 32..126 in 5 x 7 pixels: five columns per glyph, left to right; bit 0 of a column is
@@ -478,4 +478,4 @@ std::vector<Chart> charts_from_metrics(const std::filesystem::path& metrics,
   return charts;
 }
 
-}  // namespace replicator::apps
+}  // namespace replicator::train

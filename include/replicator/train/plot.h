@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "apps/pictures/png.h"
+#include "replicator/train/png.h"
 
-namespace replicator::apps {
+namespace replicator::train {
 
 struct Series {
   std::string name;  // shown in the legend
@@ -74,4 +74,4 @@ std::vector<Chart> charts_from_metrics(const std::filesystem::path& metrics,
                                        const std::vector<std::vector<std::string>>& y_groups,
                                        const std::string& type = "", bool skip_empty = false);
 
-}  // namespace replicator::apps
+}  // namespace replicator::train

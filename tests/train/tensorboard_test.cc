@@ -1,8 +1,8 @@
-// TensorBoard event files (apps/train/tensorboard.h): CRC-32C against published vectors, the
+// TensorBoard event files (replicator/train/tensorboard.h): CRC-32C against published vectors, the
 // TFRecord framing against TensorBoard's own masked CRCs, the events decoded here field by
-// field, and what the job reporter writes there (apps/train/job.h). TensorBoard's reader
+// field, and what the job reporter writes there (replicator/train/reporter.h). TensorBoard's reader
 // checks the same files in tensorboard_read.py.
-#include "apps/train/tensorboard.h"
+#include "replicator/train/tensorboard.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -17,12 +17,12 @@
 #include <string>
 #include <vector>
 
-#include "apps/pictures/png.h"
-#include "apps/train/job.h"
 #include "replicator/errors.h"
+#include "replicator/train/png.h"
+#include "replicator/train/reporter.h"
 #include "tests/harness/temp_dir.h"
 
-namespace replicator::apps {
+namespace replicator::train {
 namespace {
 
 namespace fs = std::filesystem;
@@ -383,4 +383,4 @@ TEST(JobReporterTensorBoard, ImagesWithoutATensorBoardFolderAreDropped) {
 }
 
 }  // namespace
-}  // namespace replicator::apps
+}  // namespace replicator::train

@@ -12,7 +12,7 @@
 #include "replicator/replicator.h"
 #include "replicator/torch/checkpoint.h"
 
-namespace replicator::apps {
+namespace replicator::train {
 
 // Loads where a job starts from into `model` and `optimizers`, on every replica: the
 // checkpoint `resume` when given, else the newest checkpoint of `folder` that loads (a torn
@@ -59,4 +59,4 @@ auto run_job_replicas(Replicator& replicator, ReplicaJob&& replica_job) {
 // whose digest differs, and what all_gather throws.
 std::string check_replicas_agree(ReplicaContext& ctx, ::torch::nn::Module& model);
 
-}  // namespace replicator::apps
+}  // namespace replicator::train

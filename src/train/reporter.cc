@@ -1,4 +1,4 @@
-#include "apps/train/job.h"
+#include "replicator/train/reporter.h"
 
 #include <unistd.h>
 
@@ -9,11 +9,11 @@
 #include <system_error>
 #include <utility>
 
-#include "apps/pictures/png.h"
 #include "replicator/errors.h"
 #include "replicator/replica_context.h"
+#include "replicator/train/png.h"
 
-namespace replicator::apps {
+namespace replicator::train {
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -176,4 +176,4 @@ void print_json_result(const nlohmann::ordered_json& result) {
   std::fflush(stdout);
 }
 
-}  // namespace replicator::apps
+}  // namespace replicator::train

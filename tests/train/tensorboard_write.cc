@@ -1,6 +1,6 @@
 // tensorboard_write LOGDIR EXPECTED_DIR: writes TensorBoard events through the job reporter
-// (apps/train/job.h) for tensorboard_read.py to read back with TensorBoard's own reader, and
-// the PNG files of its images into EXPECTED_DIR as <tag>.png.
+// (replicator/train/reporter.h) for tensorboard_read.py to read back with TensorBoard's own reader,
+// and the PNG files of its images into EXPECTED_DIR as <tag>.png.
 //
 // Two runs in LOGDIR, as a job that is resumed writes them:
 //   run 1 (afresh): train/loss at steps 1..4 (4, 0.1, -2.5, 1e30), eval/test_accuracy 0.8125
@@ -14,14 +14,14 @@
 #include <filesystem>
 #include <fstream>
 
-#include "apps/pictures/png.h"
-#include "apps/train/job.h"
+#include "replicator/train/png.h"
+#include "replicator/train/reporter.h"
 
 namespace {
 
-using replicator::apps::encode_png;
-using replicator::apps::Image;
-using replicator::apps::JobReporter;
+using replicator::train::encode_png;
+using replicator::train::Image;
+using replicator::train::JobReporter;
 
 Image pattern(int width, int height, int channels, int seed) {
   Image image = Image::filled(width, height, channels, 0);

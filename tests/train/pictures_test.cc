@@ -1,6 +1,5 @@
-// The pictures (apps/pictures): PNG files decoded here with zlib (and by Python's zlib when
-// python3 is there), the image grid, tick values, charts; and the job reporter's
-// metrics.jsonl (apps/train/job.h).
+// The pictures (replicator/train/png.h, plot.h): PNG files decoded here with zlib (and by
+// Python's zlib when python3 is there), the image grid, tick values, charts.
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -16,13 +15,12 @@
 #include <tuple>
 #include <vector>
 
-#include "apps/pictures/plot.h"
-#include "apps/pictures/png.h"
-#include "apps/train/job.h"
 #include "replicator/errors.h"
+#include "replicator/train/plot.h"
+#include "replicator/train/png.h"
 #include "tests/harness/temp_dir.h"
 
-namespace replicator::apps {
+namespace replicator::train {
 namespace {
 
 namespace fs = std::filesystem;
@@ -31,17 +29,6 @@ using harness::TempDir;
 std::vector<std::uint8_t> read_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// Where a reporter's stderr lines go when the test does not read them.
-std::FILE* sink() {
-  static const std::unique_ptr<std::FILE, int (*)(std::FILE*)> kFile(::tmpfile(), &std::fclose);
-  return kFile.get();
 }
 
 std::uint32_t u32(const std::uint8_t* p) {
@@ -322,78 +309,5 @@ TEST(Plot, ChartsFromMetrics) {
   EXPECT_THROW(charts_from_metrics(dir.path() / "absent.jsonl", "step", {{"loss"}}), DataError);
 }
 
-TEST(JobReporter, DropsMetricsPastTheResumeStepAndAppends) {
-  TempDir dir;
-  const fs::path metrics = dir.path() / "run" / "metrics.jsonl";
-  {
-    JobReporter reporter({.out = dir.path() / "run", .progress = false, .err = sink()});
-    for (int step = 1; step <= 5; ++step) reporter.metric({{"type", "train"}, {"step", step}});
-    reporter.metric({{"type", "note"}});  // no step: always kept
-  }
-  {
-    // Resumed from step 3: the lines of steps 4 and 5 go, the others stay, new ones append.
-    JobReporter reporter({.out = dir.path() / "run", .resume_step = 3, .err = sink()});
-    EXPECT_EQ(read_text(metrics),
-              "{\"type\":\"train\",\"step\":1}\n{\"type\":\"train\",\"step\":2}\n"
-              "{\"type\":\"train\",\"step\":3}\n{\"type\":\"note\"}\n");
-    reporter.metric({{"type", "train"}, {"step", 4}});
-  }
-  EXPECT_EQ(read_text(metrics).substr(read_text(metrics).rfind('{')),
-            "{\"type\":\"train\",\"step\":4}\n");
-  for (const auto& entry : fs::directory_iterator(dir.path() / "run")) {
-    EXPECT_EQ(entry.path().filename().string(), "metrics.jsonl") << "left behind";
-  }
-  // Without a folder nothing is written.
-  JobReporter quiet({.err = sink()});
-  quiet.metric({{"step", 1}});
-  EXPECT_TRUE(quiet.metrics_path().empty());
-}
-
-TEST(JobReporter, PlainProgressLinesEveryTenthOfTheRun) {
-  std::FILE* err = ::tmpfile();
-  {
-    JobReporter reporter({.progress = true, .steps_to_run = 100, .err = err, .terminal = false});
-    for (int step = 1; step <= 100; ++step) {
-      reporter.count_step();
-      reporter.progress("step " + std::to_string(step));
-    }
-    reporter.note("done");
-  }
-  std::rewind(err);
-  std::string text;
-  for (int ch; (ch = std::fgetc(err)) != EOF;) text += static_cast<char>(ch);
-  std::fclose(err);
-  EXPECT_EQ(text,
-            "step 1\nstep 11\nstep 21\nstep 31\nstep 41\nstep 51\nstep 61\nstep 71\nstep 81\n"
-            "step 91\ndone\n");
-}
-
-TEST(JobReporter, TerminalLineIsRewrittenInPlace) {
-  std::FILE* err = ::tmpfile();
-  {
-    JobReporter reporter({.steps_to_run = 3, .err = err, .terminal = true});
-    reporter.count_step();
-    reporter.progress("a");
-    reporter.note("eval");
-    reporter.progress("b");
-  }
-  std::rewind(err);
-  std::string text;
-  for (int ch; (ch = std::fgetc(err)) != EOF;) text += static_cast<char>(ch);
-  std::fclose(err);
-  EXPECT_EQ(text, "\r" + std::string("a") + std::string(89, ' ') + "\neval\n\rb" +
-                      std::string(89, ' ') + "\n");
-}
-
-TEST(Job, ClockTextAndEta) {
-  EXPECT_EQ(clock_text(0), "0:00:00");
-  EXPECT_EQ(clock_text(3725.9), "1:02:05");
-  EXPECT_EQ(clock_text(-5), "0:00:00");
-  EXPECT_EQ(clock_text(NAN), "0:00:00");
-  EXPECT_DOUBLE_EQ(eta_seconds(10, 10, 30), 20);
-  EXPECT_DOUBLE_EQ(eta_seconds(10, 0, 30), 0);
-  EXPECT_DOUBLE_EQ(eta_seconds(10, 30, 30), 0);
-}
-
 }  // namespace
-}  // namespace replicator::apps
+}  // namespace replicator::train
