@@ -7,12 +7,16 @@
 
 namespace replicator::apps {
 
-Config JobFlags::config(const std::string& command) const {
-  return job_config(engine, command, replicas_option != nullptr && replicas_option->count() > 0,
-                    replicas, timeout);
+void JobFlags::apply(const std::string& command, train::JobOptions& options) const {
+  options.config =
+      job_config(engine, command, replicas_option != nullptr && replicas_option->count() > 0,
+                 replicas, timeout);
+  options.out = out;
+  options.resume = resume;
+  options.tensorboard = tensorboard;
 }
 
-void add_job_flags(CLI::App* app, JobFlags& f, const JobFlagTargets& t, const JobFlagHelp& help) {
+void add_job_flags(CLI::App* app, JobFlags& f, train::JobOptions& t, const JobFlagHelp& help) {
   f.replicas_option =
       app->add_option("--replicas", f.replicas,
                       "Replicas (threads) in this process; default " + std::to_string(f.replicas) +
@@ -32,18 +36,18 @@ void add_job_flags(CLI::App* app, JobFlags& f, const JobFlagTargets& t, const Jo
   app->add_option("--tensorboard", f.tensorboard,
                   "TensorBoard log folder for the metrics and pictures (those drawn from "
                   "metrics.jsonl need --out); see them with `tensorboard --logdir DIR`");
-  app->add_option("--keep-checkpoints", *t.keep_checkpoints,
+  app->add_option("--keep-checkpoints", t.keep_checkpoints,
                   "Checkpoints kept in --out (the newest)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
-  app->add_option("--checkpoint-every", *t.checkpoint_every, help.checkpoint_every)
+  app->add_option("--checkpoint-every", t.checkpoint_every, help.checkpoint_every)
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app->add_option("--threads", *t.threads, "LibTorch intra-op threads per process")
+  app->add_option("--threads", t.threads, "LibTorch intra-op threads per process")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
-  app->add_option("--seed", *t.seed, "Seed of everything random in the run")->capture_default_str();
-  bool* progress = t.progress;
+  app->add_option("--seed", t.seed, "Seed of everything random in the run")->capture_default_str();
+  bool* progress = &t.progress;
   app->add_flag(
       "--no-progress", [progress](std::int64_t) { *progress = false; },
       "No progress line on the terminal");

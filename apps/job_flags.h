@@ -9,9 +9,11 @@
 #include <string>
 
 #include "replicator/config.h"
+#include "replicator/train/job_options.h"
 
 namespace replicator::apps {
 
+// The shared flags that a job's options (train::JobOptions) do not hold as they are typed.
 struct JobFlags {
   std::string engine;
   int replicas = 1;
@@ -23,17 +25,9 @@ struct JobFlags {
   std::string memory = "keep";
   bool json = false;
 
-  // job_config of these flags; `command` as typed ("train gan"). Throws ConfigError.
-  Config config(const std::string& command) const;
-};
-
-// Where the shared flags that live in a job's own options struct go.
-struct JobFlagTargets {
-  int* keep_checkpoints;
-  std::int64_t* checkpoint_every;
-  int* threads;
-  bool* progress;
-  std::uint64_t* seed;
+  // Writes these flags into `options`: config (job_config; `command` as typed, "train gan"),
+  // out, resume and tensorboard. Throws ConfigError.
+  void apply(const std::string& command, train::JobOptions& options) const;
 };
 
 struct JobFlagHelp {
@@ -42,10 +36,11 @@ struct JobFlagHelp {
   bool memory = false;  // whether the job offers --memory
 };
 
-// Adds the shared flags to `app`, bound to `flags` and `targets` (which must outlive the
-// parse); their values before the call are the defaults (--replicas: flags.replicas). Never throws
-// but std::bad_alloc (CLI11 throws on a duplicate flag name).
-void add_job_flags(CLI::App* app, JobFlags& flags, const JobFlagTargets& targets,
+// Adds the shared flags to `app`, bound to `flags` and to `options` (--keep-checkpoints,
+// --checkpoint-every, --threads, --no-progress, --seed; both must outlive the parse); their
+// values before the call are the defaults (--replicas: flags.replicas). Never throws but
+// std::bad_alloc (CLI11 throws on a duplicate flag name).
+void add_job_flags(CLI::App* app, JobFlags& flags, train::JobOptions& options,
                    const JobFlagHelp& help);
 
 // Adds --memory (keep or system, apps/memory.h) to `app`, bound to `memory`. Never throws but

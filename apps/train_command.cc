@@ -29,11 +29,8 @@ struct TrainFlags {
 int run_train(const TrainFlags& f) {
   apply_memory_mode(parse_memory_mode(f.job.memory), f.argv);
   TrainOptions o = f.options;
-  o.config = f.job.config("train classifier");
+  f.job.apply("train classifier", o);
   o.data_dir = f.data_dir;
-  o.out = f.job.out;
-  o.tensorboard = f.job.tensorboard;
-  o.resume = f.job.resume;
   if (f.bucket_kib < 1) throw ConfigError("--bucket-kib must be at least 1");
   o.bucket_bytes = static_cast<std::size_t>(f.bucket_kib) << 10;
   o.overlap = !f.no_overlap;
@@ -82,12 +79,7 @@ Command add_train_classifier(CLI::App& train, char** argv) {
       "classifier", "Train a small ResNet with cross-replica batch norm on Fashion-MNIST");
   flags->job.replicas = 2;
   add_job_flags(
-      app, flags->job,
-      {.keep_checkpoints = &o.keep_checkpoints,
-       .checkpoint_every = &o.checkpoint_every,
-       .threads = &o.threads,
-       .progress = &o.progress,
-       .seed = &o.seed},
+      app, flags->job, o,
       {.out = "metrics.jsonl, checkpoint-<step>.pt and curves.png",
        .checkpoint_every = "Steps between checkpoints (one is always written at each epoch's end)",
        .memory = true});

@@ -28,11 +28,8 @@ struct GanFlags {
 int run_gan(const GanFlags& f) {
   apply_memory_mode(parse_memory_mode(f.job.memory), f.argv);
   GanOptions o = f.options;
-  o.config = f.job.config("train gan");
+  f.job.apply("train gan", o);
   o.data_dir = f.data_dir;
-  o.out = f.job.out;
-  o.resume = f.job.resume;
-  o.tensorboard = f.job.tensorboard;
   if (!f.classifier.empty()) {
     // FD and GAN-test accuracy at every sample grid, against a reference computed once.
     // The classifier is read before the run, so that a bad file fails early; the data and
@@ -97,12 +94,7 @@ Command add_train_gan(CLI::App& train, char** argv) {
       "gan",
       "Train a BigGAN-style class-conditional GAN on Fashion-MNIST (spectral norm, cross-replica "
       "conditional batch norm, hinge loss, EMA generator)");
-  add_job_flags(app, flags->job,
-                {.keep_checkpoints = &o.keep_checkpoints,
-                 .checkpoint_every = &o.checkpoint_every,
-                 .threads = &o.threads,
-                 .progress = &o.progress,
-                 .seed = &o.seed},
+  add_job_flags(app, flags->job, o,
                 {.out = "metrics.jsonl, checkpoint-<step>.pt, samples.png and curves.png",
                  .checkpoint_every = "Generator steps between checkpoints (and at the end)",
                  .memory = true});

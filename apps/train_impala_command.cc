@@ -25,10 +25,7 @@ struct ImpalaFlags {
 int run_impala(const ImpalaFlags& f) {
   apply_memory_mode(parse_memory_mode(f.job.memory), f.argv);
   ImpalaOptions o = f.options;
-  o.config = f.job.config("train impala");
-  o.out = f.job.out;
-  o.tensorboard = f.job.tensorboard;
-  o.resume = f.job.resume;
+  f.job.apply("train impala", o);
 
   const ImpalaResult r = train_impala(o);
   if (!r.reporter) return 0;
@@ -88,12 +85,7 @@ Command add_train_impala(CLI::App& train, char** argv) {
       "impala",
       "Actor-learner reinforcement learning (IMPALA, V-trace) on CartPole or a MinAtar game");
   add_job_flags(
-      app, flags->job,
-      {.keep_checkpoints = &o.keep_checkpoints,
-       .checkpoint_every = &o.checkpoint_every,
-       .threads = &o.threads,
-       .progress = &o.progress,
-       .seed = &o.seed},
+      app, flags->job, o,
       {.out = "metrics.jsonl, checkpoint-<step>.pt and learning_curve.png",
        .checkpoint_every = "Learner steps between checkpoints (one is always written at the end)",
        .memory = true});

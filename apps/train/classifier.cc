@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -13,7 +12,7 @@
 #include "replicator/errors.h"
 #include "replicator/replicator.h"
 #include "replicator/torch.h"
-#include "replicator/train/job_checkpoint.h"
+#include "replicator/train/job.h"
 #include "replicator/train/plot.h"
 #include "replicator/train/reporter.h"
 
@@ -25,6 +24,11 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Images per second of `steps` steps of `batch` taken since `from` (0 before any).
+double images_per_s(std::int64_t steps, std::int64_t batch, Clock::time_point from) {
+  return steps > 0 ? static_cast<double>(steps * batch) / seconds_since(from) : 0;
 }
 
 // Linear warm-up over the first 5% of the steps, then cosine decay to zero.
@@ -110,10 +114,6 @@ TrainResult train_classifier(const TrainOptions& o) {
     throw InvalidArgument("epochs must be at least 1, got " + std::to_string(o.epochs));
   if (o.batch < 1)
     throw InvalidArgument("batch must be at least 1, got " + std::to_string(o.batch));
-  if (o.threads < 1)
-    throw InvalidArgument("threads must be at least 1, got " + std::to_string(o.threads));
-  at::set_num_threads(o.threads);
-
   const std::filesystem::path dir =
       o.data_dir.empty() ? data::default_fashion_mnist_dir() : o.data_dir;
   const auto read = [&dir](data::Split split) {
@@ -124,32 +124,15 @@ TrainResult train_classifier(const TrainOptions& o) {
   const std::shared_ptr<const data::Examples> test_set =
       o.test_examples ? o.test_examples : read(data::Split::kTest);
 
-  Replicator replicator(o.config);
-  const int R = replicator.num_replicas();
-  if (o.batch % R != 0) {
-    throw InvalidArgument("the global batch (" + std::to_string(o.batch) +
-                          ") must be a multiple of the number of replicas (" + std::to_string(R) +
-                          ")");
-  }
-  std::mutex init_mutex;
-
-  const auto train_replica = [&](ReplicaContext& ctx) {
-    TrainResult result;
-    result.reporter = ctx.replica_id() == 0;
-    result.replicas = R;
-    result.local_replicas = ctx.num_local_replicas();
-    result.processes = R / ctx.num_local_replicas();
-
-    // Every replica builds the same model from the same seed (the default generator is
-    // shared by the threads, hence the lock), then takes replica 0's parameters anyway.
-    ResNet model{nullptr};
-    {
-      const std::lock_guard<std::mutex> lock(init_mutex);
-      ::torch::manual_seed(o.seed);
-      model = ResNet(ResNetOptions{.channels_last = o.channels_last});
-      rt::to_memory_format(*model, memory_format(model->options()));
-    }
-    rt::broadcast_parameters(ctx, *model);
+  train::Job job(o);
+  const int R = job.num_replicas();
+  job.split_batch(o.batch);
+  return job.run([&](ReplicaContext& ctx) {
+    ResNet model = job.build_model(ctx, [&] {
+      ResNet m(ResNetOptions{.channels_last = o.channels_last});
+      rt::to_memory_format(*m, memory_format(m->options()));
+      return m;
+    });
     auto sgd = std::make_shared<::torch::optim::SGD>(model->parameters(),
                                                      ::torch::optim::SGDOptions(o.lr)
                                                          .momentum(o.momentum)
@@ -157,7 +140,6 @@ TrainResult train_classifier(const TrainOptions& o) {
                                                          .weight_decay(o.weight_decay));
     rt::ReplicatedOptimizer optimizer(ctx, sgd,
                                       {.bucket_bytes = o.bucket_bytes, .overlap = o.overlap});
-
     data::ShardedLoader loader(train_set, {.global_batch = o.batch,
                                            .replica = ctx.replica_id(),
                                            .num_replicas = R,
@@ -172,27 +154,14 @@ TrainResult train_classifier(const TrainOptions& o) {
     const std::int64_t per_epoch = loader.batches_per_epoch();
     const std::int64_t total = per_epoch * o.epochs;
 
-    // An explicit --resume, else the newest checkpoint in --out that loads.
-    std::optional<rt::CheckpointFolder> folder;
-    if (!o.out.empty()) folder.emplace(o.out, o.keep_checkpoints);
-    const rt::TrainingPosition position =
-        train::resume_job(ctx, o.resume, folder ? &*folder : nullptr, *model, *sgd);
+    train::JobReplica replica(job, ctx, *model, {sgd.get()});
+    const rt::TrainingPosition position = replica.position();
     // A checkpoint brings the layout it was saved in; the run's own wins.
     rt::to_memory_format(*model, memory_format(model->options()));
     const std::int64_t last = o.max_steps > 0 ? std::min(total, o.max_steps) : total;
-    const std::int64_t steps_to_run = std::max<std::int64_t>(0, last - position.step);
-
-    std::optional<train::JobReporter> reporter;
-    if (result.reporter && !o.quiet) {
-      reporter.emplace(train::JobReporterOptions{.out = o.out,
-                                                 .tensorboard = o.tensorboard,
-                                                 .progress = o.progress,
-                                                 .resume_step = position.step,
-                                                 .steps_to_run = steps_to_run});
-    }
-    const auto checkpoint = [&](const rt::TrainingPosition& p) {
-      if (result.reporter && folder) folder->save(*model, *sgd, p);
-    };
+    train::JobReporter* reporter = replica.report_until(last);
+    TrainResult result;
+    replica.describe(result);
 
     const std::int64_t log_every = std::max<std::int64_t>(1, per_epoch / 20);
     double window[2] = {0, 0};  // loss sum, steps since the last report
@@ -206,7 +175,7 @@ TrainResult train_classifier(const TrainOptions& o) {
       while (std::optional<data::Batch> batch = loader.next()) {
         if (step >= last) {
           stopped = true;
-          checkpoint({.step = step, .epoch = epoch, .batch = batch->index});
+          replica.checkpoint({.step = step, .epoch = epoch, .batch = batch->index});
           break;
         }
         if (step - position.step == o.timed_after) timed_from = Clock::now();
@@ -221,20 +190,18 @@ TrainResult train_classifier(const TrainOptions& o) {
         if (step - position.step > o.timed_after) ++timed_steps;
         window[0] += loss.item<double>();
         window[1] += 1;
-        if (reporter) reporter->count_step();
+        replica.count_step();
         if (step % log_every == 0 || batch->index + 1 == per_epoch) {
           ctx.all_reduce(window);
           if (reporter) {
-            const double timed = seconds_since(timed_from);
-            const double rate =
-                timed_steps > 0 ? static_cast<double>(timed_steps * o.batch) / timed : 0;
+            const double rate = images_per_s(timed_steps, o.batch, timed_from);
             report_train(*reporter, o, epoch, step, total, window[0] / window[1], lr, rate,
                          seconds_since(started));
           }
           window[0] = window[1] = 0;
         }
         if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) {
-          checkpoint({.step = step, .epoch = epoch, .batch = batch->index + 1});
+          replica.checkpoint({.step = step, .epoch = epoch, .batch = batch->index + 1});
         }
       }
       if (stopped) break;
@@ -243,27 +210,21 @@ TrainResult train_classifier(const TrainOptions& o) {
         result.test_accuracy = e.accuracy;
         if (reporter) report_evaluation(*reporter, epoch, step, e);
       }
-      checkpoint({.step = step, .epoch = epoch + 1, .batch = 0});
+      replica.checkpoint({.step = step, .epoch = epoch + 1, .batch = 0});
       if (step >= last) stopped = true;
     }
     result.seconds = seconds_since(started);
-    const double timed = seconds_since(timed_from);
-    result.images_per_s = timed_steps > 0 ? static_cast<double>(timed_steps * o.batch) / timed : 0;
+    result.images_per_s = images_per_s(timed_steps, o.batch, timed_from);
     result.steps = step;
-    if (reporter && !o.out.empty()) {
-      // The curves of the whole run (metrics.jsonl holds the steps before a resume too): the
-      // loss (a run too short to log one says "no data"), and the test accuracy if evaluated.
-      std::vector<train::Chart> charts = train::charts_from_metrics(
-          reporter->metrics_path(), "step", {{"loss"}, {"test_accuracy"}});
-      if (charts[1].series[0].x.empty()) charts.pop_back();
-      reporter->picture("curves", step, train::render_charts(charts));
-    }
-    if (reporter) reporter->finish();
-
-    result.digest = train::check_replicas_agree(ctx, *model);
+    // The loss (a run too short to log one says "no data"), and the test accuracy if evaluated.
+    result.digest = replica.finish(step, {.charts = [](const std::filesystem::path& metrics) {
+                                     std::vector<train::Chart> charts = train::charts_from_metrics(
+                                         metrics, "step", {{"loss"}, {"test_accuracy"}});
+                                     if (charts[1].series[0].x.empty()) charts.pop_back();
+                                     return charts;
+                                   }});
     return result;
-  };
-  return train::run_job_replicas(replicator, train_replica);
+  });
 }
 
 }  // namespace replicator::apps

@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -12,7 +11,7 @@
 #include "replicator/errors.h"
 #include "replicator/replicator.h"
 #include "replicator/torch.h"
-#include "replicator/train/job_checkpoint.h"
+#include "replicator/train/job.h"
 #include "replicator/train/plot.h"
 #include "replicator/train/png.h"
 #include "replicator/train/reporter.h"
@@ -92,6 +91,126 @@ class RealBatches {
 // Sums over the steps since the last report (all-reduced to their mean over replicas).
 enum Sum { kDLoss, kGLoss, kDReal, kDFake, kSteps, kSums };
 
+// This replica's rows of the global batch: [first, first + count), in micro-batches of `micro`.
+struct Rows {
+  std::int64_t first = 0, count = 0, micro = 0;
+  ::torch::Tensor of(const ::torch::Tensor& t, int k) const {
+    return t.slice(0, k * micro, (k + 1) * micro);
+  }
+};
+
+// The networks of one replica and their optimizers (gradients averaged over the replicas).
+struct GanReplica {
+  GanModels& models;
+  rt::ReplicatedOptimizer& opt_g;
+  rt::ReplicatedOptimizer& opt_d;
+};
+
+// One step: `d_steps` discriminator steps on fresh real batches and fakes, then one generator
+// step; the last D step's losses and scores, and G's loss, are added to `window`.
+void gan_step(const GanOptions& o, GanReplica& r, RealBatches& real, const Rows& rows,
+              std::int64_t step, double* window) {
+  Generator& G = r.models->generator;
+  Discriminator& D = r.models->discriminator;
+  for (int d = 0; d < o.d_steps; ++d) {
+    const data::Batch batch = real.next();
+    const ::torch::Tensor images = to_gan_range(batch.images);
+    auto [z, y] = noise(o.model, o.seed, step, Role::kDiscriminator, d, o.global_batch, rows.first,
+                        rows.count);
+    r.opt_d.zero_grad();
+    for (int k = 0; k < o.accumulate; ++k) {
+      ::torch::Tensor fake;
+      {
+        const ::torch::NoGradGuard no_grad;
+        fake = G(rows.of(z, k), rows.of(y, k));
+      }
+      const ::torch::Tensor real_scores = D(rows.of(images, k), rows.of(batch.labels, k));
+      const ::torch::Tensor fake_scores = D(fake, rows.of(y, k));
+      auto [loss_real, loss_fake] = hinge_d_loss(real_scores, fake_scores);
+      ((loss_real + loss_fake) / o.accumulate).backward();
+      if (d == o.d_steps - 1) {
+        window[kDLoss] += (loss_real + loss_fake).item<double>() / o.accumulate;
+        window[kDReal] += real_scores.mean().item<double>() / o.accumulate;
+        window[kDFake] += fake_scores.mean().item<double>() / o.accumulate;
+      }
+    }
+    r.opt_d.step();
+  }
+  auto [z, y] =
+      noise(o.model, o.seed, step, Role::kGenerator, 0, o.global_batch, rows.first, rows.count);
+  set_requires_grad(*D, false);
+  r.opt_g.zero_grad();
+  for (int k = 0; k < o.accumulate; ++k) {
+    const ::torch::Tensor loss = hinge_g_loss(D(G(rows.of(z, k), rows.of(y, k)), rows.of(y, k)));
+    (loss / o.accumulate).backward();
+    window[kGLoss] += loss.item<double>() / o.accumulate;
+  }
+  r.opt_g.step();
+  set_requires_grad(*D, true);
+}
+
+// The sample grid of the EMA generator after standing statistics (a collective): one row per
+// class, the same noise every time; on the reporter samples.png, samples-<step>.png and the
+// quality figures.
+void samples(const GanOptions& o, GanModels& models, const Rows& rows, std::int64_t step,
+             train::JobReporter* reporter) {
+  Generator& E = models->ema;
+  standing_statistics_for_sampling(E, o.standing_batches, o.global_batch, rows.first, rows.count,
+                                   o.seed ^ static_cast<std::uint64_t>(step));
+  if (reporter) {
+    const ::torch::NoGradGuard no_grad;
+    constexpr std::int64_t kCols = 10;
+    auto [z, ignored] = noise(o.model, o.seed, 0, Role::kGrid, 0, kCols, 0, kCols);
+    const ::torch::Tensor zs = z.repeat({o.model.classes, 1});
+    const ::torch::Tensor ys = ::torch::arange(o.model.classes).repeat_interleave(kCols);
+    const ::torch::Tensor pixels = to_pixels(E(zs, ys)).contiguous();
+    const train::Image grid = train::tile_images(
+        {pixels.data_ptr<std::uint8_t>(), static_cast<std::size_t>(pixels.numel())},
+        static_cast<int>(zs.size(0)), 28, 28, 1, {.cols = kCols});
+    reporter->picture("samples", step, grid);
+    if (!o.out.empty()) {
+      char name[40];
+      std::snprintf(name, sizeof name, "samples-%09lld.png", static_cast<long long>(step));
+      train::write_png(o.out / name, grid);
+    }
+    if (o.quality) {
+      nlohmann::ordered_json record{{"type", "quality"}, {"step", step}};
+      std::string line = "step " + std::to_string(step) + ":";
+      for (const auto& [name, value] : o.quality(E, step)) {
+        record[name] = value;
+        char text[80];
+        std::snprintf(text, sizeof text, " %s %.4g", name.c_str(), value);
+        line += text;
+      }
+      reporter->note(line);
+      reporter->metric(record);
+    }
+  }
+  E->train();
+}
+
+// The progress line and the record of a report window (`window`: means over the replicas).
+void report_train(train::JobReporter& reporter, std::int64_t step, std::int64_t last,
+                  const double* window, double images_per_s, double elapsed) {
+  const double n = window[kSteps];
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "step %lld/%lld  D %.3f  G %.3f  D(real) %.2f  D(fake) %.2f  "
+                "%.0f images/s  ETA %s",
+                static_cast<long long>(step), static_cast<long long>(last), window[kDLoss] / n,
+                window[kGLoss] / n, window[kDReal] / n, window[kDFake] / n, images_per_s,
+                train::clock_text(reporter.eta(elapsed)).c_str());
+  reporter.progress(line);
+  reporter.metric({{"type", "train"},
+                   {"step", step},
+                   {"d_loss", window[kDLoss] / n},
+                   {"g_loss", window[kGLoss] / n},
+                   {"d_real", window[kDReal] / n},
+                   {"d_fake", window[kDFake] / n},
+                   {"images_per_s", images_per_s},
+                   {"elapsed_s", elapsed}});
+}
+
 }  // namespace
 
 GanResult train_gan(const GanOptions& o) {
@@ -101,62 +220,45 @@ GanResult train_gan(const GanOptions& o) {
         "train gan needs a global batch, --d-steps, --accumulate, --threads, --report-every and "
         "--standing-batches of at least 1 and --steps of at least 0");
   }
-  at::set_num_threads(o.threads);
   const std::filesystem::path dir =
       o.data_dir.empty() ? data::default_fashion_mnist_dir() : o.data_dir;
   const auto train_set =
       std::make_shared<const data::Examples>(data::read_fashion_mnist(dir, data::Split::kTrain));
 
-  Replicator replicator(o.config);
-  const int R = replicator.num_replicas();
+  train::Job job(o);
+  const int R = job.num_replicas();
   if (o.global_batch % (R * o.accumulate) != 0) {
     throw InvalidArgument("the global batch (" + std::to_string(o.global_batch) +
                           ") must be a multiple of replicas x --accumulate (" + std::to_string(R) +
                           " x " + std::to_string(o.accumulate) + ")");
   }
-  const std::int64_t rows = o.global_batch / R;
-  const std::int64_t micro = rows / o.accumulate;
-  std::mutex init_mutex;
-
-  const auto train_replica = [&](ReplicaContext& ctx) {
-    GanResult result;
-    result.reporter = ctx.replica_id() == 0;
-    result.replicas = R;
-    result.local_replicas = ctx.num_local_replicas();
-    result.processes = R / ctx.num_local_replicas();
-    const std::int64_t first_row = ctx.replica_id() * rows;
-
-    GanModels models{nullptr};
-    {
-      const std::lock_guard<std::mutex> lock(init_mutex);
-      ::torch::manual_seed(o.seed);
-      models = GanModels(o.model);
-      orthogonal_init(*models->generator);
-      orthogonal_init(*models->discriminator);
-      rt::to_memory_format(*models, memory_format(o.model));
-    }
-    rt::broadcast_parameters(ctx, *models);
-    Generator& G = models->generator;
-    Discriminator& D = models->discriminator;
+  return job.run([&](ReplicaContext& ctx) {
+    const std::int64_t rows = o.global_batch / R;
+    const Rows mine{.first = ctx.replica_id() * rows, .count = rows, .micro = rows / o.accumulate};
+    GanModels models = job.build_model(ctx, [&] {
+      GanModels m(o.model);
+      orthogonal_init(*m->generator);
+      orthogonal_init(*m->discriminator);
+      rt::to_memory_format(*m, memory_format(o.model));
+      return m;
+    });
     const auto adam = [](::torch::nn::Module& m, double lr) {
       return std::make_shared<::torch::optim::Adam>(
           m.parameters(), ::torch::optim::AdamOptions(lr).betas({0.0, 0.999}).eps(1e-6));
     };
-    auto adam_g = adam(*G, o.lr_g);
-    auto adam_d = adam(*D, o.lr_d);
+    auto adam_g = adam(*models->generator, o.lr_g);
+    auto adam_d = adam(*models->discriminator, o.lr_d);
     // With micro-batches every backward adds to the gradients: reduce once, after the last.
     const rt::GradientOptions reduce{.overlap = o.accumulate == 1};
     rt::ReplicatedOptimizer opt_g(ctx, adam_g, reduce);
     rt::ReplicatedOptimizer opt_d(ctx, adam_d, reduce);
-
-    std::optional<rt::CheckpointFolder> folder;
-    if (!o.out.empty()) folder.emplace(o.out, o.keep_checkpoints);
-    const rt::Optimizers optimizers{adam_g.get(), adam_d.get()};
+    GanReplica networks{models, opt_g, opt_d};
     // A copy of G here; a checkpoint then loads the EMA it saved (in place: ModuleEma's
     // handles stay valid).
-    rt::ModuleEma ema(*G, *models->ema, {.decay = o.ema_decay, .start_step = o.ema_start});
-    const rt::TrainingPosition position =
-        train::resume_job(ctx, o.resume, folder ? &*folder : nullptr, *models, optimizers);
+    rt::ModuleEma ema(*models->generator, *models->ema,
+                      {.decay = o.ema_decay, .start_step = o.ema_start});
+    train::JobReplica replica(job, ctx, *models, {adam_g.get(), adam_d.get()});
+    const rt::TrainingPosition position = replica.position();
     // A checkpoint brings the layout it was saved in; the run's own wins.
     rt::to_memory_format(*models, memory_format(o.model));
 
@@ -166,161 +268,60 @@ GanResult train_gan(const GanOptions& o) {
                                                      .seed = o.seed}),
                      position);
     const std::int64_t last = std::max(position.step, o.steps);
-    std::optional<train::JobReporter> reporter;
-    if (result.reporter) {
-      reporter.emplace(train::JobReporterOptions{.out = o.out,
-                                                 .tensorboard = o.tensorboard,
-                                                 .progress = o.progress,
-                                                 .resume_step = position.step,
-                                                 .steps_to_run = last - position.step});
-    }
+    train::JobReporter* reporter = replica.report_until(last);
+    GanResult result;
+    replica.describe(result);
     std::int64_t step = position.step;
     const auto checkpoint = [&] {
-      if (result.reporter && folder) {
-        folder->save(*models, optimizers,
-                     {.step = step, .epoch = real.epoch(), .batch = real.next_index()});
-      }
-    };
-
-    // The sample grid: one row per class, the same noise every time.
-    const auto samples = [&] {
-      Generator& E = models->ema;
-      standing_statistics_for_sampling(E, o.standing_batches, o.global_batch, first_row, rows,
-                                       o.seed ^ static_cast<std::uint64_t>(step));
-      if (result.reporter) {
-        const ::torch::NoGradGuard no_grad;
-        constexpr std::int64_t kCols = 10;
-        auto [z, ignored] = noise(o.model, o.seed, 0, Role::kGrid, 0, kCols, 0, kCols);
-        const ::torch::Tensor zs = z.repeat({o.model.classes, 1});
-        const ::torch::Tensor ys = ::torch::arange(o.model.classes).repeat_interleave(kCols);
-        const ::torch::Tensor pixels = to_pixels(E(zs, ys)).contiguous();
-        const train::Image grid = train::tile_images(
-            {pixels.data_ptr<std::uint8_t>(), static_cast<std::size_t>(pixels.numel())},
-            static_cast<int>(zs.size(0)), 28, 28, 1, {.cols = kCols});
-        reporter->picture("samples", step, grid);
-        if (!o.out.empty()) {
-          char name[40];
-          std::snprintf(name, sizeof name, "samples-%09lld.png", static_cast<long long>(step));
-          train::write_png(o.out / name, grid);
-        }
-        if (o.quality) {
-          nlohmann::ordered_json record{{"type", "quality"}, {"step", step}};
-          std::string line = "step " + std::to_string(step) + ":";
-          for (const auto& [name, value] : o.quality(E, step)) {
-            record[name] = value;
-            char text[80];
-            std::snprintf(text, sizeof text, " %s %.4g", name.c_str(), value);
-            line += text;
-          }
-          reporter->note(line);
-          reporter->metric(record);
-        }
-      }
-      E->train();
+      replica.checkpoint({.step = step, .epoch = real.epoch(), .batch = real.next_index()});
     };
 
     double window[kSums] = {};
     std::int64_t timed_steps = 0;
     const Clock::time_point started = Clock::now();
     Clock::time_point timed_from = started;
-    const auto rows_of = [&](const ::torch::Tensor& t, int k) {
-      return t.slice(0, k * micro, (k + 1) * micro);
+    const auto images_per_s = [&] {
+      return timed_steps > 0
+                 ? static_cast<double>(timed_steps * o.global_batch) / seconds_since(timed_from)
+                 : 0;
     };
     while (step < last) {
       if (step - position.step == o.timed_after) timed_from = Clock::now();
-      for (int d = 0; d < o.d_steps; ++d) {
-        const data::Batch batch = real.next();
-        const ::torch::Tensor images = to_gan_range(batch.images);
-        auto [z, y] =
-            noise(o.model, o.seed, step, Role::kDiscriminator, d, o.global_batch, first_row, rows);
-        opt_d.zero_grad();
-        for (int k = 0; k < o.accumulate; ++k) {
-          ::torch::Tensor fake;
-          {
-            const ::torch::NoGradGuard no_grad;
-            fake = G(rows_of(z, k), rows_of(y, k));
-          }
-          const ::torch::Tensor real_scores = D(rows_of(images, k), rows_of(batch.labels, k));
-          const ::torch::Tensor fake_scores = D(fake, rows_of(y, k));
-          auto [loss_real, loss_fake] = hinge_d_loss(real_scores, fake_scores);
-          ((loss_real + loss_fake) / o.accumulate).backward();
-          if (d == o.d_steps - 1) {
-            window[kDLoss] += (loss_real + loss_fake).item<double>() / o.accumulate;
-            window[kDReal] += real_scores.mean().item<double>() / o.accumulate;
-            window[kDFake] += fake_scores.mean().item<double>() / o.accumulate;
-          }
-        }
-        opt_d.step();
-      }
-      auto [z, y] =
-          noise(o.model, o.seed, step, Role::kGenerator, 0, o.global_batch, first_row, rows);
-      set_requires_grad(*D, false);
-      opt_g.zero_grad();
-      for (int k = 0; k < o.accumulate; ++k) {
-        const ::torch::Tensor loss =
-            hinge_g_loss(D(G(rows_of(z, k), rows_of(y, k)), rows_of(y, k)));
-        (loss / o.accumulate).backward();
-        window[kGLoss] += loss.item<double>() / o.accumulate;
-      }
-      opt_g.step();
-      set_requires_grad(*D, true);
+      gan_step(o, networks, real, mine, step, window);
       ++step;
       ema.update(step);
       window[kSteps] += 1;
       if (step - position.step > o.timed_after) ++timed_steps;
-      if (reporter) reporter->count_step();
+      replica.count_step();
 
       if (step % o.report_every == 0 || step == last) {
         ctx.all_reduce(window, {.op = ReduceOp::kMean});
-        const double n = window[kSteps];
-        result.d_loss = window[kDLoss] / n;
-        result.g_loss = window[kGLoss] / n;
+        result.d_loss = window[kDLoss] / window[kSteps];
+        result.g_loss = window[kGLoss] / window[kSteps];
         if (reporter) {
-          const double timed = seconds_since(timed_from);
-          const double rate =
-              timed_steps > 0 ? static_cast<double>(timed_steps * o.global_batch) / timed : 0;
-          char line[200];
-          std::snprintf(line, sizeof line,
-                        "step %lld/%lld  D %.3f  G %.3f  D(real) %.2f  D(fake) %.2f  "
-                        "%.0f images/s  ETA %s",
-                        static_cast<long long>(step), static_cast<long long>(last), result.d_loss,
-                        result.g_loss, window[kDReal] / n, window[kDFake] / n, rate,
-                        train::clock_text(reporter->eta(seconds_since(started))).c_str());
-          reporter->progress(line);
-          reporter->metric({{"type", "train"},
-                            {"step", step},
-                            {"d_loss", result.d_loss},
-                            {"g_loss", result.g_loss},
-                            {"d_real", window[kDReal] / n},
-                            {"d_fake", window[kDFake] / n},
-                            {"images_per_s", rate},
-                            {"elapsed_s", seconds_since(started)}});
+          report_train(*reporter, step, last, window, images_per_s(), seconds_since(started));
         }
         std::fill(std::begin(window), std::end(window), 0.0);
       }
       if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step < last) checkpoint();
-      if (o.sample_every > 0 && step % o.sample_every == 0 && step < last) samples();
+      if (o.sample_every > 0 && step % o.sample_every == 0 && step < last) {
+        samples(o, models, mine, step, reporter);
+      }
     }
     result.seconds = seconds_since(started);
-    const double timed = seconds_since(timed_from);
-    result.images_per_s =
-        timed_steps > 0 ? static_cast<double>(timed_steps * o.global_batch) / timed : 0;
+    result.images_per_s = images_per_s();
     result.steps = step;
     checkpoint();
-    samples();
-    if (reporter && !o.out.empty()) {
-      // The curves of the whole run (metrics.jsonl holds the steps before a resume too).
-      const std::vector<train::Chart> charts = train::charts_from_metrics(
-          reporter->metrics_path(), "step",
-          {{"d_loss", "g_loss"}, {"d_real", "d_fake"}, {"fd"}, {"gan_test_accuracy"}}, "",
-          /*skip_empty=*/true);
-      if (!charts.empty()) reporter->picture("curves", step, train::render_charts(charts));
-    }
-    if (reporter) reporter->finish();
-    result.digest = train::check_replicas_agree(ctx, *models);
+    samples(o, models, mine, step, reporter);
+    result.digest = replica.finish(
+        step, {.charts = [](const std::filesystem::path& metrics) {
+          return train::charts_from_metrics(
+              metrics, "step",
+              {{"d_loss", "g_loss"}, {"d_real", "d_fake"}, {"fd"}, {"gan_test_accuracy"}}, "",
+              /*skip_empty=*/true);
+        }});
     return result;
-  };
-  return train::run_job_replicas(replicator, train_replica);
+  });
 }
 
 void standing_statistics_for_sampling(Generator& generator, int batches, std::int64_t global,

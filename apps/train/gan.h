@@ -25,14 +25,17 @@
 #include <vector>
 
 #include "apps/train/biggan.h"
-#include "replicator/config.h"
 #include "replicator/data/fashion_mnist.h"
 #include "replicator/torch/checkpoint.h"
+#include "replicator/train/job_options.h"
 
 namespace replicator::apps {
 
-struct GanOptions {
-  Config config;  // engine and local replicas of the job
+// The options every job shares (engine, seed, out, tensorboard, resume, checkpoints, threads,
+// progress) are train::JobOptions'; a GAN job writes a checkpoint every 500 steps by default
+// (and at the end).
+struct GanOptions : train::JobOptions {
+  GanOptions() { checkpoint_every = 500; }
   BigGanOptions model;
   std::int64_t global_batch = 64;
   std::int64_t steps = 2000;  // generator steps in total
@@ -41,20 +44,12 @@ struct GanOptions {
   double lr_g = 1e-4;
   double lr_d = 4e-4;
   double ema_decay = 0.999;
-  std::int64_t ema_start = 500;  // before this step the EMA is a copy of G
-  int standing_batches = 8;      // batches of standing statistics before sampling
-  std::uint64_t seed = 0;
-  std::filesystem::path data_dir;  // empty: where the Debian package puts Fashion-MNIST
-  std::filesystem::path out;
-  std::filesystem::path resume;
-  std::filesystem::path tensorboard;
-  int keep_checkpoints = 3;
-  std::int64_t checkpoint_every = 500;  // and at the end
-  std::int64_t sample_every = 500;      // and at the end (0: only at the end)
+  std::int64_t ema_start = 500;     // before this step the EMA is a copy of G
+  int standing_batches = 8;         // batches of standing statistics before sampling
+  std::filesystem::path data_dir;   // empty: where the Debian package puts Fashion-MNIST
+  std::int64_t sample_every = 500;  // and at the end (0: only at the end)
   std::int64_t report_every = 10;
   std::int64_t timed_after = 2;  // steps not counted in images_per_s (warm-up)
-  int threads = 1;               // LibTorch intra-op threads per process
-  bool progress = true;
   // Measures sample quality: called on replica 0 after each sample grid with the EMA
   // generator (eval mode, standing statistics) and the step; its named figures go into
   // metrics.jsonl (type "quality") and the progress notes. Empty: none. The other replicas
@@ -63,16 +58,9 @@ struct GanOptions {
       quality;
 };
 
-struct GanResult {
-  bool reporter = false;  // this process holds replica 0
-  int replicas = 0;
-  int local_replicas = 0;
-  int processes = 0;
-  std::int64_t steps = 0;         // generator steps in total (including those before a resume)
-  double seconds = 0;             // wall time of this run's loop
+struct GanResult : train::JobResult {
   double images_per_s = 0;        // global batch × timed steps / their time
   double d_loss = 0, g_loss = 0;  // mean of the last report window
-  std::string digest;             // hash of G, D and the EMA (equal on every replica; checked)
 };
 
 // Runs the job. BLOCKS for the whole run. Throws InvalidArgument for bad options (a global

@@ -20,13 +20,14 @@
 #include <thread>
 #include <vector>
 
+#include "apps/train/impala_learner.h"
 #include "replicator/errors.h"
 #include "replicator/replicator.h"
 #include "replicator/rl/actor.h"
 #include "replicator/rl/learner.h"
 #include "replicator/rl/parameter_store.h"
 #include "replicator/rl/policy.h"
-#include "replicator/train/job_checkpoint.h"
+#include "replicator/train/job.h"
 #include "replicator/train/plot.h"
 #include "replicator/train/png.h"
 #include "replicator/train/reporter.h"
@@ -203,24 +204,16 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
         "envs-per-actor, unroll, batch, frames, threads and report-every must be at least 1, "
         "actors at least 0 (or -1: one per free core)");
   }
-  at::set_num_threads(o.threads);
   // Checks the environment's name before anything starts.
   const EnvSource source = env_source(o.env, o.env_servers);
   const std::unique_ptr<rl::BatchedEnv> probe = make_job_env(source, o.env, 0, 1, o.seed);
-  const std::vector<int> shape = probe->observation_shape();
-  const int num_actions = probe->num_actions();
 
-  Replicator replicator(o.config);
-  const int R = replicator.num_replicas();
-  const int L = replicator.num_local_replicas();
-  const int P = R / L;
-  if (o.batch % R != 0) {
-    throw InvalidArgument("the batch of " + std::to_string(o.batch) +
-                          " unrolls must be a multiple of the number of replicas (" +
-                          std::to_string(R) + ")");
-  }
-  const int rank = replicator.run([](ReplicaContext& ctx) { return ctx.replica_id(); })[0] / L;
-  const int per_replica = o.batch / R;
+  train::Job job(o);
+  const int L = job.num_local_replicas();
+  const int P = job.num_processes();
+  const int per_replica = static_cast<int>(job.split_batch(o.batch, "batch of unrolls"));
+  const int rank =
+      job.replicator().run([](ReplicaContext& ctx) { return ctx.replica_id(); })[0] / L;
   // No actor threads: the learner's own thread plays until a batch is there, then learns
   // (the synchronous loop the actor-learner is measured against).
   const bool remote = o.remote_actors > 0;
@@ -233,7 +226,6 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
         std::to_string(L));
   }
   const std::int64_t frames_per_step = static_cast<std::int64_t>(o.batch) * o.unroll;
-  const std::int64_t total_steps = (o.frames + frames_per_step - 1) / frames_per_step;
   const double target = std::isnan(o.target_return) ? default_target(o.env) : o.target_return;
   const int random_episodes = o.random_episodes >= 0 ? o.random_episodes : (source ? 16 : 100);
   const double random_return = random_episodes > 0
@@ -256,47 +248,12 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
                                        .seed = o.seed,
                                        .insert_timeout = std::nullopt,
                                        .make_env = source};
-  const rl::LearnerOptions learner_options{
-      .learning_rate = o.learning_rate,
-      .max_grad_norm = o.max_grad_norm,
-      .discount = o.discount,
-      .reward_clip = o.reward_clip,
-      .loss = {.baseline_cost = o.baseline_cost, .entropy_cost = o.entropy_cost}};
 #ifdef REPLICATOR_HAVE_GRPC
-  // Remote actors: this process's server feeds the same queue, log and counters. Their ids
-  // start at 10000 x (rank + 1), apart from the actor threads' and from other processes'.
+  // Remote actors: this process's server feeds the same queue, log and counters.
   std::unique_ptr<rl::LearnerServer> server;
   if (remote) {
-    server = std::make_unique<rl::LearnerServer>(
-        rl::LearnerServerOptions{
-            .address = listen_address(o.listen, rank),
-            .play = {.env = o.env,
-                     .envs = o.envs_per_actor,
-                     .unroll = o.unroll,
-                     .hidden = o.hidden,
-                     .seed = o.seed,
-                     .learner_rank = rank,
-                     .observation_size = probe->observation_size(),
-                     .num_actions = num_actions,
-                     .env_servers = o.env_servers},
-            .next_actor = 10000 * (rank + 1),
-            .on_episode =
-                [&](double episode_return, std::int32_t length) {
-                  log.add(episode_return, length, counters.frames.load());
-                },
-            .on_frames = [&](std::int64_t frames) { counters.frames += frames; }},
-        store, queue);
-    std::fprintf(stderr, "learner process %d: serving remote actors on %s; waiting for %d\n", rank,
-                 server->address().c_str(), o.remote_actors);
-    const int joined = server->wait_for_actors(o.remote_actors, o.config.timeout);
-    if (joined < o.remote_actors) {
-      throw Timeout("learner process " + std::to_string(rank) + ": " + std::to_string(joined) +
-                        " of " + std::to_string(o.remote_actors) + " remote actors came to " +
-                        server->address() + " within " + std::to_string(o.config.timeout.count()) +
-                        " ms; start them with `replicator rl actor --learner " + server->address() +
-                        "`, or raise the timeout",
-                    "wait_for_actors", 0, o.config.timeout, {});
-    }
+    server = serve_remote_actors(o, rank, probe->observation_size(), probe->num_actions(), store,
+                                 queue, log, counters);
   }
 #else
   if (remote) throw ConfigError("this replicator was built without gRPC: no remote actors");
@@ -305,235 +262,322 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
                       counters);
   std::optional<rl::Actor> inline_actor;
   if (synchronous) inline_actor.emplace(rank, actor_options, store, queue, log, counters);
-  std::mutex init_mutex;
-
-  const auto learner_replica = [&](ReplicaContext& ctx) {
-    ImpalaResult result;
-    result.reporter = ctx.replica_id() == 0;
-    result.replicas = R;
-    result.local_replicas = L;
-    result.processes = P;
-    result.actors = (synchronous ? 1 : actor_threads) * P + o.remote_actors * P;
-    result.random_return = random_return;
-    result.target_return = target;
-
-    rl::PolicyNet model{nullptr};
-    {
-      const std::lock_guard<std::mutex> lock(init_mutex);
-      ::torch::manual_seed(o.seed);
-      model = rl::PolicyNet(shape, num_actions, o.hidden);
-    }
-    rt::broadcast_parameters(ctx, *model);
-    rl::Learner learner(ctx, model, learner_options);
-    std::optional<rt::CheckpointFolder> folder;
-    if (!o.out.empty()) folder.emplace(o.out, o.keep_checkpoints);
-    const rt::TrainingPosition position =
-        train::resume_job(ctx, o.resume, folder ? &*folder : nullptr, *model, learner.optimizer());
-    std::int64_t step = position.step;
-    const bool publisher = ctx.local_replica_id() == 0;
-    const auto publish = [&] {
-      store.publish(std::make_shared<rl::PolicySnapshot>(
-          rl::PolicySnapshot{.version = step + 1, .parameters = rl::flatten_parameters(*model)}));
-    };
-    if (publisher) publish();
-    const auto checkpoint = [&] {
-      if (result.reporter && folder) folder->save(*model, learner.optimizer(), {.step = step});
-    };
-
-    std::optional<train::JobReporter> reporter;
-    if (result.reporter) {
-      reporter.emplace(
-          train::JobReporterOptions{.out = o.out,
-                                    .tensorboard = o.tensorboard,
-                                    .progress = o.progress,
-                                    .resume_step = step,
-                                    .steps_to_run = std::max<std::int64_t>(0, total_steps - step)});
-      reporter->note("impala on " + o.env + ": " + std::to_string(result.actors) + " actors x " +
-                     std::to_string(o.envs_per_actor) + " environments, learner " +
-                     std::to_string(R) + " replicas (" + std::to_string(P) + " processes x " +
-                     std::to_string(L) + "), batch " + std::to_string(o.batch) + " x " +
-                     std::to_string(o.unroll) + " steps" +
-                     (std::isnan(random_return)
-                          ? std::string()
-                          : "; a uniform random policy returns " + std::to_string(random_return)));
-    }
-    const Clock::time_point started = Clock::now();
-    const std::int64_t first_step = step;
-    double window[3] = {0, 0, 0};  // loss sum, policy lag sum, updates
-    bool stopped = false;
-    while (step < total_steps && !stopped) {
-      while (inline_actor && queue.stats().size < per_replica) inline_actor->step();
-      std::vector<rl::Unroll> share = queue.sample_batch(per_replica, o.config.timeout);
-      if (o.anneal) {
-        learner.set_learning_rate(o.learning_rate * static_cast<double>(total_steps - step) /
-                                  static_cast<double>(total_steps));
-      }
-      const rl::LearnerStats stats = learner.update(share);
-      for (const rl::Unroll& u : share) {
-        window[1] += static_cast<double>(step + 1 - u.policy_version);
-      }
-      window[0] += stats.loss;
-      window[2] += static_cast<double>(share.size());
-      ++step;
-      if (publisher) publish();
-      if (reporter) reporter->count_step();
-      if (step % o.report_every == 0 || step == total_steps) {
-        // Every replica takes part, so that the decisions below are the same everywhere; a
-        // process's actors are counted once, by its local replica 0.
-        std::size_t recent = 0;
-        const double mean = publisher ? log.mean_return(100, &recent) : 0;
-        double totals[7] = {window[0],
-                            window[1],
-                            window[2],
-                            publisher ? static_cast<double>(counters.frames.load()) : 0,
-                            publisher ? static_cast<double>(log.size()) : 0,
-                            recent > 0 ? mean : 0,
-                            recent > 0 ? 1.0 : 0.0};
-        ctx.all_reduce(std::span<double>(totals));
-        window[0] = window[1] = window[2] = 0;
-        const double mean_return =
-            totals[6] > 0 ? totals[5] / totals[6] : std::numeric_limits<double>::quiet_NaN();
-        const double elapsed = seconds_since(started);
-        const std::int64_t frames = step * frames_per_step;
-        const double steps_per_s = static_cast<double>(step - first_step) / elapsed;
-        result.mean_return = mean_return;
-        result.played = static_cast<std::int64_t>(totals[3]);
-        result.episodes = static_cast<std::int64_t>(totals[4]);
-        const bool reached = !std::isnan(target) && mean_return >= target;
-        if (reached && result.solved_frames < 0) {
-          result.solved_frames = frames;
-          result.solved_seconds = elapsed;
-        }
-        if (reporter) {
-          const rl::QueueStats q = queue.stats();
-          const double lag = totals[2] > 0 ? totals[1] / totals[2] : 0;
-          char line[320];
-          nlohmann::ordered_json remote_metrics = nlohmann::ordered_json::object();
-          std::snprintf(line, sizeof line,
-                        "step %lld/%lld  frames %s/%s  %.0f frames/s  %.1f steps/s  return "
-                        "%.1f  lag %.1f  queue %lld/%lld  ETA %s",
-                        static_cast<long long>(step), static_cast<long long>(total_steps),
-                        human_count(static_cast<double>(frames)).c_str(),
-                        human_count(static_cast<double>(total_steps * frames_per_step)).c_str(),
-                        steps_per_s * static_cast<double>(frames_per_step), steps_per_s,
-                        mean_return, lag, static_cast<long long>(q.size),
-                        static_cast<long long>(q.max_size),
-                        train::clock_text(reporter->eta(elapsed)).c_str());
+  const LearnerShared shared{
+      .options = o,
+      .observation_shape = probe->observation_shape(),
+      .num_actions = probe->num_actions(),
+      .per_replica = per_replica,
+      .total_steps = (o.frames + frames_per_step - 1) / frames_per_step,
+      .frames_per_step = frames_per_step,
+      .actors = (synchronous ? 1 : actor_threads) * P + o.remote_actors * P,
+      .target = target,
+      .random_return = random_return,
+      .learner = {.learning_rate = o.learning_rate,
+                  .max_grad_norm = o.max_grad_norm,
+                  .discount = o.discount,
+                  .reward_clip = o.reward_clip,
+                  .loss = {.baseline_cost = o.baseline_cost, .entropy_cost = o.entropy_cost}},
+      .store = store,
+      .queue = queue,
+      .log = log,
+      .counters = counters,
+      .inline_actor = inline_actor ? &*inline_actor : nullptr,
 #ifdef REPLICATOR_HAVE_GRPC
-          if (server) {
-            const rl::LearnerServerStats remote_stats = server->stats();
-            int streaming = 0;
-            nlohmann::ordered_json per_actor = nlohmann::ordered_json::array();
-            for (const rl::RemoteActorStats& a : remote_stats.actors) {
-              streaming += a.open_streams > 0 ? 1 : 0;
-              per_actor.push_back({{"actor", a.actor},
-                                   {"frames_per_s", a.seconds > 0 ? a.frames / a.seconds : 0},
-                                   {"unrolls", a.unrolls},
-                                   {"reconnects", std::max(0, a.streams - 1)},
-                                   {"streaming", a.open_streams > 0}});
-            }
-            remote_metrics = {{"remote_actors", streaming},
-                              {"remote_unrolls", remote_stats.unrolls},
-                              {"remote", per_actor}};
-            const std::size_t used = std::strlen(line);
-            std::snprintf(line + used, sizeof line - used, "  remote %d/%zu", streaming,
-                          remote_stats.actors.size());
-          }
+      .server = server.get(),
 #endif
-          reporter->progress(line);
-          nlohmann::ordered_json m = {
-              {"type", "train"},
-              {"step", step},
-              {"frames", frames},
-              {"seconds", elapsed},
-              {"frames_played", result.played},
-              {"episodes", result.episodes},
-              {"frames_per_s", steps_per_s * frames_per_step},
-              {"steps_per_s", steps_per_s},
-              {"loss", totals[2] > 0 ? totals[0] / totals[2] : 0},
-              {"policy_lag", lag},
-              {"queue_fill", static_cast<double>(q.size) / static_cast<double>(q.max_size)}};
-          if (!std::isnan(random_return)) m["random_return"] = random_return;
-          if (!std::isnan(mean_return)) m["mean_return"] = mean_return;
-          if (!std::isnan(target)) m["target_return"] = target;
-          for (const auto& [key, value] : remote_metrics.items()) m[key] = value;
-          reporter->metric(m);
-        }
-        stopped = reached && o.stop_at_target;
-      }
-      if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) checkpoint();
-    }
-    checkpoint();
-    result.steps = step;
-    result.frames = step * frames_per_step;
-    result.seconds = seconds_since(started);
-    result.steps_per_s = static_cast<double>(step - first_step) / result.seconds;
-    result.frames_per_s = result.steps_per_s * static_cast<double>(frames_per_step);
-    if (reporter && !o.out.empty()) {
-      // The learning curve, against frames and against wall seconds (metrics.jsonl holds the
-      // steps before a resume too).
-      const std::filesystem::path metrics = reporter->metrics_path();
-      std::vector<train::Chart> charts = train::charts_from_metrics(
-          metrics, "frames", {{"mean_return", "random_return"}}, "train");
-      std::vector<train::Chart> by_time = train::charts_from_metrics(
-          metrics, "seconds", {{"mean_return", "random_return"}}, "train");
-      charts.insert(charts.end(), by_time.begin(), by_time.end());
-      if (charts.size() == 2) {
-        charts[0].title = o.env + ": mean return of the last 100 episodes";
-        charts[0].x_label = "frames";
-        charts[1].title = o.env + ": mean return against wall time";
-        charts[1].x_label = "seconds";
-        for (train::Chart& c : charts) c.y_label = "return";
-        reporter->picture("learning_curve", step, train::render_charts(charts));
-      }
-    }
-    if (reporter) reporter->finish();
-
-    result.digest = train::check_replicas_agree(ctx, *model);
-    return result;
   };
-
-  const auto run_learners = [&] { return train::run_job_replicas(replicator, learner_replica); };
   ImpalaResult result;
   try {
-    result = run_learners();
+    result = job.run([&](ReplicaContext& ctx) { return learn(job, ctx, shared); });
   } catch (...) {
     actors.stop();
     if (std::exception_ptr error = actors.error()) std::rethrow_exception(error);
     throw;
   }
 #ifdef REPLICATOR_HAVE_GRPC
-  if (server) {
-    // Actors learn that the learner is done from their next poll and close their streams.
-    server->finish(std::chrono::seconds(5));
-    const rl::LearnerServerStats remote_stats = server->stats();
-    result.remote_unrolls = remote_stats.unrolls;
-    result.remote_after_finish = remote_stats.after_finish;
-    for (const rl::RemoteActorStats& a : remote_stats.actors) {
-      char line[512];
-      std::snprintf(line, sizeof line,
-                    "learner process %d: remote actor %d (%s): %lld unrolls, %lld frames, %lld "
-                    "episodes, %d streams (%d broken)",
-                    rank, a.actor, a.peer.c_str(), static_cast<long long>(a.unrolls),
-                    static_cast<long long>(a.frames), static_cast<long long>(a.episodes), a.streams,
-                    a.broken_streams);
-      result.remote_actor_lines.push_back(line);
-      std::fprintf(stderr, "%s\n", line);
-    }
-    std::fprintf(stderr,
-                 "learner process %d: %lld unrolls from remote actors learned or queued, %lld "
-                 "after the end, %lld malformed\n",
-                 rank, static_cast<long long>(remote_stats.unrolls),
-                 static_cast<long long>(remote_stats.after_finish),
-                 static_cast<long long>(remote_stats.rejected));
-  }
+  if (server) finish_remote_actors(*server, rank, result);
 #endif
   actors.stop();
   if (std::exception_ptr error = actors.error()) std::rethrow_exception(error);
-
   return result;
 }
 
+namespace {
+
+// Sums over the learner steps since the last report: loss, policy lag, unrolls learned.
+enum Window { kLoss, kLag, kUnrolls, kWindow };
+
+// A report window's figures over all processes, the same on every replica.
+struct WindowTotals {
+  double loss = 0;         // mean over the unrolls
+  double lag = 0;          // mean policy lag
+  double mean_return = 0;  // of the newest 100 episodes (mean over processes; NaN: none)
+  std::int64_t played = 0;
+  std::int64_t episodes = 0;
+};
+
+// Every replica takes part, so that the decisions after it are the same everywhere; a
+// process's actors are counted once, by its local replica 0 (`publisher`).
+WindowTotals sum_window(ReplicaContext& ctx, const LearnerShared& s, bool publisher,
+                        double* window) {
+  std::size_t recent = 0;
+  const double mean = publisher ? s.log.mean_return(100, &recent) : 0;
+  double totals[7] = {window[kLoss],
+                      window[kLag],
+                      window[kUnrolls],
+                      publisher ? static_cast<double>(s.counters.frames.load()) : 0,
+                      publisher ? static_cast<double>(s.log.size()) : 0,
+                      recent > 0 ? mean : 0,
+                      recent > 0 ? 1.0 : 0.0};
+  ctx.all_reduce(std::span<double>(totals));
+  std::fill(window, window + kWindow, 0.0);
+  return {.loss = totals[2] > 0 ? totals[0] / totals[2] : 0,
+          .lag = totals[2] > 0 ? totals[1] / totals[2] : 0,
+          .mean_return =
+              totals[6] > 0 ? totals[5] / totals[6] : std::numeric_limits<double>::quiet_NaN(),
+          .played = static_cast<std::int64_t>(totals[3]),
+          .episodes = static_cast<std::int64_t>(totals[4])};
+}
+
+// The remote actors' part of a report: " remote k/n" on the line, their fields in the record.
+nlohmann::ordered_json remote_report(const LearnerShared& s, char* line, std::size_t size) {
+  nlohmann::ordered_json remote_metrics = nlohmann::ordered_json::object();
+#ifdef REPLICATOR_HAVE_GRPC
+  if (s.server != nullptr) {
+    const rl::LearnerServerStats remote_stats = s.server->stats();
+    int streaming = 0;
+    nlohmann::ordered_json per_actor = nlohmann::ordered_json::array();
+    for (const rl::RemoteActorStats& a : remote_stats.actors) {
+      streaming += a.open_streams > 0 ? 1 : 0;
+      per_actor.push_back({{"actor", a.actor},
+                           {"frames_per_s", a.seconds > 0 ? a.frames / a.seconds : 0},
+                           {"unrolls", a.unrolls},
+                           {"reconnects", std::max(0, a.streams - 1)},
+                           {"streaming", a.open_streams > 0}});
+    }
+    remote_metrics = {{"remote_actors", streaming},
+                      {"remote_unrolls", remote_stats.unrolls},
+                      {"remote", per_actor}};
+    const std::size_t used = std::strlen(line);
+    std::snprintf(line + used, size - used, "  remote %d/%zu", streaming,
+                  remote_stats.actors.size());
+  }
+#else
+  (void)s;
+  (void)line;
+  (void)size;
+#endif
+  return remote_metrics;
+}
+
+// The progress line and the record of a report window at `step`.
+void report_learner(train::JobReporter& reporter, const LearnerShared& s, std::int64_t step,
+                    double steps_per_s, double elapsed, const WindowTotals& t) {
+  const rl::QueueStats q = s.queue.stats();
+  const std::int64_t frames = step * s.frames_per_step;
+  const auto frames_per_step = static_cast<double>(s.frames_per_step);
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "step %lld/%lld  frames %s/%s  %.0f frames/s  %.1f steps/s  return "
+                "%.1f  lag %.1f  queue %lld/%lld  ETA %s",
+                static_cast<long long>(step), static_cast<long long>(s.total_steps),
+                human_count(static_cast<double>(frames)).c_str(),
+                human_count(static_cast<double>(s.total_steps * s.frames_per_step)).c_str(),
+                steps_per_s * frames_per_step, steps_per_s, t.mean_return, t.lag,
+                static_cast<long long>(q.size), static_cast<long long>(q.max_size),
+                train::clock_text(reporter.eta(elapsed)).c_str());
+  const nlohmann::ordered_json remote_metrics = remote_report(s, line, sizeof line);
+  reporter.progress(line);
+  nlohmann::ordered_json m = {
+      {"type", "train"},
+      {"step", step},
+      {"frames", frames},
+      {"seconds", elapsed},
+      {"frames_played", t.played},
+      {"episodes", t.episodes},
+      {"frames_per_s", steps_per_s * frames_per_step},
+      {"steps_per_s", steps_per_s},
+      {"loss", t.loss},
+      {"policy_lag", t.lag},
+      {"queue_fill", static_cast<double>(q.size) / static_cast<double>(q.max_size)}};
+  if (!std::isnan(s.random_return)) m["random_return"] = s.random_return;
+  if (!std::isnan(t.mean_return)) m["mean_return"] = t.mean_return;
+  if (!std::isnan(s.target)) m["target_return"] = s.target;
+  for (const auto& [key, value] : remote_metrics.items()) m[key] = value;
+  reporter.metric(m);
+}
+
+// The learning curve, against frames and against wall seconds; none without both.
+std::vector<train::Chart> learning_curves(const std::string& env,
+                                          const std::filesystem::path& metrics) {
+  std::vector<train::Chart> charts =
+      train::charts_from_metrics(metrics, "frames", {{"mean_return", "random_return"}}, "train");
+  std::vector<train::Chart> by_time =
+      train::charts_from_metrics(metrics, "seconds", {{"mean_return", "random_return"}}, "train");
+  charts.insert(charts.end(), by_time.begin(), by_time.end());
+  if (charts.size() != 2) return {};
+  charts[0].title = env + ": mean return of the last 100 episodes";
+  charts[0].x_label = "frames";
+  charts[1].title = env + ": mean return against wall time";
+  charts[1].x_label = "seconds";
+  for (train::Chart& c : charts) c.y_label = "return";
+  return charts;
+}
+
+// The line the reporter starts with: who plays, who learns, and the random policy's return.
+std::string job_note(const LearnerShared& s, const ImpalaResult& r) {
+  const ImpalaOptions& o = s.options;
+  return "impala on " + o.env + ": " + std::to_string(r.actors) + " actors x " +
+         std::to_string(o.envs_per_actor) + " environments, learner " + std::to_string(r.replicas) +
+         " replicas (" + std::to_string(r.processes) + " processes x " +
+         std::to_string(r.local_replicas) + "), batch " + std::to_string(o.batch) + " x " +
+         std::to_string(o.unroll) + " steps" +
+         (std::isnan(s.random_return)
+              ? std::string()
+              : "; a uniform random policy returns " + std::to_string(s.random_return));
+}
+
+}  // namespace
+
+ImpalaResult learn(train::Job& job, ReplicaContext& ctx, const LearnerShared& s) {
+  const ImpalaOptions& o = s.options;
+  rl::PolicyNet model = job.build_model(
+      ctx, [&] { return rl::PolicyNet(s.observation_shape, s.num_actions, o.hidden); });
+  rl::Learner learner(ctx, model, s.learner);
+  train::JobReplica replica(job, ctx, *model, {&learner.optimizer()});
+  ImpalaResult result;
+  replica.describe(result);
+  result.actors = s.actors;
+  result.random_return = s.random_return;
+  result.target_return = s.target;
+  std::int64_t step = replica.position().step;
+  const bool publisher = ctx.local_replica_id() == 0;
+  const auto publish = [&] {
+    s.store.publish(std::make_shared<rl::PolicySnapshot>(
+        rl::PolicySnapshot{.version = step + 1, .parameters = rl::flatten_parameters(*model)}));
+  };
+  if (publisher) publish();
+  train::JobReporter* reporter = replica.report_until(s.total_steps);
+  if (reporter) reporter->note(job_note(s, result));
+
+  const Clock::time_point started = Clock::now();
+  const std::int64_t first_step = step;
+  double window[kWindow] = {};
+  bool stopped = false;
+  while (step < s.total_steps && !stopped) {
+    while (s.inline_actor && s.queue.stats().size < s.per_replica) s.inline_actor->step();
+    std::vector<rl::Unroll> share = s.queue.sample_batch(s.per_replica, o.config.timeout);
+    if (o.anneal) {
+      learner.set_learning_rate(o.learning_rate * static_cast<double>(s.total_steps - step) /
+                                static_cast<double>(s.total_steps));
+    }
+    const rl::LearnerStats stats = learner.update(share);
+    for (const rl::Unroll& u : share) {
+      window[kLag] += static_cast<double>(step + 1 - u.policy_version);
+    }
+    window[kLoss] += stats.loss;
+    window[kUnrolls] += static_cast<double>(share.size());
+    ++step;
+    if (publisher) publish();
+    replica.count_step();
+    if (step % o.report_every == 0 || step == s.total_steps) {
+      const WindowTotals t = sum_window(ctx, s, publisher, window);
+      const double elapsed = seconds_since(started);
+      const double steps_per_s = static_cast<double>(step - first_step) / elapsed;
+      result.mean_return = t.mean_return;
+      result.played = t.played;
+      result.episodes = t.episodes;
+      const bool reached = !std::isnan(s.target) && t.mean_return >= s.target;
+      if (reached && result.solved_frames < 0) {
+        result.solved_frames = step * s.frames_per_step;
+        result.solved_seconds = elapsed;
+      }
+      if (reporter) report_learner(*reporter, s, step, steps_per_s, elapsed, t);
+      stopped = reached && o.stop_at_target;
+    }
+    if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0)
+      replica.checkpoint({.step = step});
+  }
+  replica.checkpoint({.step = step});
+  result.steps = step;
+  result.frames = step * s.frames_per_step;
+  result.seconds = seconds_since(started);
+  result.steps_per_s = static_cast<double>(step - first_step) / result.seconds;
+  result.frames_per_s = result.steps_per_s * static_cast<double>(s.frames_per_step);
+  result.digest = replica.finish(
+      step, {.name = "learning_curve", .charts = [&](const std::filesystem::path& metrics) {
+               return learning_curves(o.env, metrics);
+             }});
+  return result;
+}
+
+#ifdef REPLICATOR_HAVE_GRPC
+std::unique_ptr<rl::LearnerServer> serve_remote_actors(const ImpalaOptions& o, int rank,
+                                                       int observation_size, int num_actions,
+                                                       rl::ParameterStore& store,
+                                                       rl::TrajectoryQueue<rl::Unroll>& queue,
+                                                       rl::EpisodeLog& log,
+                                                       rl::ActorCounters& counters) {
+  // Remote actors' ids start at 10000 x (rank + 1), apart from the actor threads' and from
+  // other processes'.
+  auto server = std::make_unique<rl::LearnerServer>(
+      rl::LearnerServerOptions{
+          .address = listen_address(o.listen, rank),
+          .play = {.env = o.env,
+                   .envs = o.envs_per_actor,
+                   .unroll = o.unroll,
+                   .hidden = o.hidden,
+                   .seed = o.seed,
+                   .learner_rank = rank,
+                   .observation_size = observation_size,
+                   .num_actions = num_actions,
+                   .env_servers = o.env_servers},
+          .next_actor = 10000 * (rank + 1),
+          .on_episode =
+              [log = &log, counters = &counters](double episode_return, std::int32_t length) {
+                log->add(episode_return, length, counters->frames.load());
+              },
+          .on_frames = [counters = &counters](std::int64_t frames) { counters->frames += frames; }},
+      store, queue);
+  std::fprintf(stderr, "learner process %d: serving remote actors on %s; waiting for %d\n", rank,
+               server->address().c_str(), o.remote_actors);
+  const int joined = server->wait_for_actors(o.remote_actors, o.config.timeout);
+  if (joined < o.remote_actors) {
+    throw Timeout("learner process " + std::to_string(rank) + ": " + std::to_string(joined) +
+                      " of " + std::to_string(o.remote_actors) + " remote actors came to " +
+                      server->address() + " within " + std::to_string(o.config.timeout.count()) +
+                      " ms; start them with `replicator rl actor --learner " + server->address() +
+                      "`, or raise the timeout",
+                  "wait_for_actors", 0, o.config.timeout, {});
+  }
+  return server;
+}
+
+void finish_remote_actors(rl::LearnerServer& server, int rank, ImpalaResult& result) {
+  // Actors learn that the learner is done from their next poll and close their streams.
+  server.finish(std::chrono::seconds(5));
+  const rl::LearnerServerStats remote_stats = server.stats();
+  result.remote_unrolls = remote_stats.unrolls;
+  result.remote_after_finish = remote_stats.after_finish;
+  for (const rl::RemoteActorStats& a : remote_stats.actors) {
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "learner process %d: remote actor %d (%s): %lld unrolls, %lld frames, %lld "
+                  "episodes, %d streams (%d broken)",
+                  rank, a.actor, a.peer.c_str(), static_cast<long long>(a.unrolls),
+                  static_cast<long long>(a.frames), static_cast<long long>(a.episodes), a.streams,
+                  a.broken_streams);
+    result.remote_actor_lines.push_back(line);
+    std::fprintf(stderr, "%s\n", line);
+  }
+  std::fprintf(stderr,
+               "learner process %d: %lld unrolls from remote actors learned or queued, %lld "
+               "after the end, %lld malformed\n",
+               rank, static_cast<long long>(remote_stats.unrolls),
+               static_cast<long long>(remote_stats.after_finish),
+               static_cast<long long>(remote_stats.rejected));
+}
+#endif
 }  // namespace replicator::apps
 
 namespace replicator::apps {

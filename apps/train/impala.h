@@ -13,12 +13,14 @@
 #include <string>
 #include <vector>
 
-#include "replicator/config.h"
+#include "replicator/train/job_options.h"
 
 namespace replicator::apps {
 
-struct ImpalaOptions {
-  Config config;  // engine and local (learner) replicas of the job
+// The options every job shares (engine and local learner replicas, seed, out, tensorboard,
+// resume, checkpoints, threads, progress) are train::JobOptions'; `out` holds metrics.jsonl,
+// checkpoints and learning_curve.png, and a checkpoint is always written at the end.
+struct ImpalaOptions : train::JobOptions {
   // cartpole, a MinAtar game, or gym:<gymnasium id> stepped in env servers (below).
   std::string env = "cartpole";
   // host:port of the env servers (python/env_server.py) a "gym:" environment lives in; actor
@@ -55,36 +57,21 @@ struct ImpalaOptions {
   // With remote actors, `actors` -1 means no actor threads.
   int remote_actors = 0;
   std::string listen = "0.0.0.0:0";
-  std::uint64_t seed = 0;
-  std::filesystem::path out;          // metrics.jsonl, checkpoints, learning_curve.png
-  std::filesystem::path tensorboard;  // TensorBoard log folder for the metrics (empty: none)
-  std::filesystem::path resume;       // a checkpoint to continue from (default: newest in out)
-  int keep_checkpoints = 3;
-  std::int64_t checkpoint_every = 0;  // learner steps between checkpoints (and at the end)
-  int report_every = 10;              // learner steps between progress lines / metrics
-  int threads = 1;                    // LibTorch intra-op threads per process
-  bool progress = true;
+  int report_every = 10;  // learner steps between progress lines / metrics
 };
 
-struct ImpalaResult {
-  bool reporter = false;  // this process holds replica 0
-  int replicas = 0;
-  int local_replicas = 0;
-  int processes = 0;
-  int actors = 0;             // over all processes
-  std::int64_t steps = 0;     // learner steps in total (including those before a resume)
-  std::int64_t frames = 0;    // frames learned from in total
-  std::int64_t played = 0;    // frames the actors of this run played (all processes)
-  std::int64_t episodes = 0;  // episodes finished in this run (all processes)
-  double seconds = 0;         // wall time of this run's learning loop
-  double frames_per_s = 0;    // frames learned from per second in this run
+struct ImpalaResult : train::JobResult {  // steps: learner steps
+  int actors = 0;                         // over all processes
+  std::int64_t frames = 0;                // frames learned from in total
+  std::int64_t played = 0;                // frames the actors of this run played (all processes)
+  std::int64_t episodes = 0;              // episodes finished in this run (all processes)
+  double frames_per_s = 0;                // frames learned from per second in this run
   double steps_per_s = 0;
   double mean_return = 0;           // of the newest 100 episodes (mean over processes)
   double random_return = 0;         // a uniform random policy's mean return at start (NaN: none)
   double target_return = 0;         // NaN when none
   std::int64_t solved_frames = -1;  // frames when the mean return first reached the target
   double solved_seconds = -1;
-  std::string digest;  // hash of the final parameters (equal on every replica; checked)
   // Remote actors, this process's server: unrolls taken into its queue, and received after
   // the end (counted, not learned from); one line per actor.
   std::int64_t remote_unrolls = 0;

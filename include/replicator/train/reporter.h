@@ -4,18 +4,11 @@
 // from the same step, and the --json result line. No LibTorch here
 // (replicator/train/job_checkpoint.h holds the checkpoint glue that needs it).
 //
-// A job's skeleton (the classifier, apps/train/classifier.cc, is the worked example):
-//   const TrainingPosition position = resume_job(ctx, resume, folder, model, optimizer);
-//   std::optional<JobReporter> reporter;                // on the process holding replica 0
-//   if (ctx.replica_id() == 0) {
-//     reporter.emplace(JobReporterOptions{.out = out, .resume_step = position.step,
-//                                         .steps_to_run = n});
-//   }
-//   each step: if (reporter) reporter->count_step();
-//     now and then: reporter->progress("step 10/100 ... ETA " + clock_text(reporter->eta(s)));
-//                   reporter->metric({{"type", "train"}, {"step", 10}, {"loss", 0.5}});
-//   reporter->finish();  then pictures (replicator/train/plot.h) in `out`; print_json_result
-//   with --json.
+// A job holds its reporter through the skeleton (replicator/train/job.h: JobReplica's
+// report_until on replica 0); each step: reporter->count_step(), and now and then
+//   reporter->progress("step 10/100 ... ETA " + clock_text(reporter->eta(s)));
+//   reporter->metric({{"type", "train"}, {"step", 10}, {"loss", 0.5}});
+// then print_json_result with --json.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,86 @@
+#include "replicator/train/job.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "replicator/errors.h"
+
+namespace replicator::train {
+namespace {
+
+namespace rt = replicator::torch;
+
+JobOptions checked(JobOptions o) {
+  if (o.threads < 1) {
+    throw InvalidArgument("threads must be at least 1, got " + std::to_string(o.threads));
+  }
+  if (o.keep_checkpoints < 1) {
+    throw InvalidArgument("keep_checkpoints must be at least 1, got " +
+                          std::to_string(o.keep_checkpoints));
+  }
+  // Before the Replicator: its worker threads are where LibTorch runs.
+  at::set_num_threads(o.threads);
+  return o;
+}
+
+}  // namespace
+
+Job::Job(JobOptions options)
+    : options_(checked(std::move(options))), replicator_(options_.config) {}
+
+std::int64_t Job::split_batch(std::int64_t batch, const std::string& what) const {
+  const int R = num_replicas();
+  if (batch % R != 0) {
+    throw InvalidArgument("the " + what + " (" + std::to_string(batch) +
+                          ") must be a multiple of the number of replicas (" + std::to_string(R) +
+                          ")");
+  }
+  return batch / R;
+}
+
+JobReplica::JobReplica(Job& job, ReplicaContext& ctx, ::torch::nn::Module& model,
+                       rt::Optimizers optimizers)
+    : job_(job), ctx_(ctx), model_(model), optimizers_(std::move(optimizers)) {
+  const JobOptions& o = job_.options();
+  if (!o.out.empty()) folder_.emplace(o.out, o.keep_checkpoints);
+  position_ = resume_job(ctx_, o.resume, folder_ ? &*folder_ : nullptr, model_, optimizers_);
+}
+
+void JobReplica::describe(JobResult& result) const {
+  result.reporter = ctx_.replica_id() == 0;
+  result.replicas = ctx_.num_replicas();
+  result.local_replicas = ctx_.num_local_replicas();
+  result.processes = ctx_.num_replicas() / ctx_.num_local_replicas();
+}
+
+JobReporter* JobReplica::report_until(std::int64_t last_step) {
+  const JobOptions& o = job_.options();
+  if (ctx_.replica_id() != 0 || o.quiet) return nullptr;
+  reporter_.emplace(
+      JobReporterOptions{.out = o.out,
+                         .tensorboard = o.tensorboard,
+                         .progress = o.progress,
+                         .resume_step = position_.step,
+                         .steps_to_run = std::max<std::int64_t>(0, last_step - position_.step)});
+  return &*reporter_;
+}
+
+void JobReplica::checkpoint(const rt::TrainingPosition& at) {
+  if (writes_checkpoints() && folder_) folder_->save(model_, optimizers_, at);
+}
+
+std::string JobReplica::finish(std::int64_t step, const JobPicture& picture) {
+  if (reporter_) {
+    if (!job_.options().out.empty() && picture.charts) {
+      const std::vector<Chart> charts = picture.charts(reporter_->metrics_path());
+      if (!charts.empty()) reporter_->picture(picture.name, step, render_charts(charts));
+    }
+    reporter_->finish();
+  }
+  return check_replicas_agree(ctx_, model_);
+}
+
+}  // namespace replicator::train
