@@ -10,7 +10,7 @@ trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 for f in bin/replicator share/replicator/ddp_train.py share/replicator/compare_engines.sh \
   include/replicator/replicator.h include/replicator/launch/elastic.h \
-  include/replicator/rendezvous/store.h; do
+  include/replicator/rendezvous/store.h include/replicator/train/reporter.h; do
   [ -e "$tmp/prefix/$f" ] || { echo "FAIL: $f was not installed" >&2; exit 1; }
 done
 "$tmp/prefix/bin/replicator" --help >/dev/null
