@@ -1,4 +1,4 @@
-// `replicator plot`: charts of a job's metrics.jsonl (apps/pictures/plot.h) as a PNG file.
+// `replicator plot`: charts of a job's metrics.jsonl (replicator/train/plot.h) as a PNG file.
 #include <cstdio>
 #include <memory>
 #include <sstream>
