@@ -62,8 +62,8 @@ Actor::Actor(int id, const ActorOptions& options, const ParameterStore& store,
                           std::to_string(options.envs) + " and " + std::to_string(options.unroll));
   }
   const std::uint64_t env_seed = options.seed * 7919ULL + static_cast<std::uint64_t>(id);
-  env_ = options.make_env ? options.make_env(id, options.envs, env_seed)
-                          : make_env(options.env, options.envs, env_seed, options.env_options);
+  env_ = make_actor_env(options.make_env, options.env, id, options.envs, env_seed,
+                        options.env_options);
   model_ = PolicyNet(env_->observation_shape(), env_->num_actions(), options.hidden);
   pending_.resize(static_cast<std::size_t>(options.envs));
   resetting_.assign(static_cast<std::size_t>(options.envs), 0);

@@ -1,8 +1,11 @@
-// BatchedEnv's checks and the factory. The games live in cartpole.cc and minatar/.
+// BatchedEnv's checks, the factories and a random policy's return. The games live in
+// cartpole.cc and minatar/.
 #include "replicator/rl/env.h"
 
+#include <random>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "replicator/errors.h"
 #include "src/rl/cartpole.h"
@@ -82,6 +85,37 @@ std::unique_ptr<BatchedEnv> make_env(std::string_view name, int num_envs, std::u
   }
   throw InvalidArgument("make_env: unknown environment \"" + std::string(name) +
                         "\"; valid names: " + valid);
+}
+
+std::unique_ptr<BatchedEnv> make_actor_env(const EnvFactory& factory, std::string_view name,
+                                           int actor, int num_envs, std::uint64_t seed,
+                                           const EnvOptions& options) {
+  return factory ? factory(actor, num_envs, seed) : make_env(name, num_envs, seed, options);
+}
+
+double random_policy_return(const EnvFactory& factory, std::string_view name, int episodes,
+                            std::uint64_t seed) {
+  if (episodes < 1) {
+    throw InvalidArgument("random_policy_return: episodes must be at least 1, got " +
+                          std::to_string(episodes));
+  }
+  const std::unique_ptr<BatchedEnv> batch = make_actor_env(factory, name, 0, 16, seed ^ 0x5eedULL);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::int32_t> action(0, batch->num_actions() - 1);
+  std::vector<std::int32_t> actions(static_cast<std::size_t>(batch->num_envs()));
+  double sum = 0;
+  int finished = 0;
+  while (finished < episodes) {
+    for (std::int32_t& a : actions) a = action(rng);
+    const StepResult r = batch->step(actions);
+    for (std::size_t i = 0; i < actions.size(); ++i) {
+      if (r.terminated[i] != 0 || r.truncated[i] != 0) {
+        sum += r.episode_return[i];
+        ++finished;
+      }
+    }
+  }
+  return sum / finished;
 }
 
 }  // namespace replicator::rl

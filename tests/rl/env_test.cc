@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "replicator/errors.h"
@@ -162,6 +165,93 @@ TEST(MakeEnv, BadArgumentsThrowInvalidArgument) {
     EXPECT_NE(std::string(e.what()).find("space_invaders"), std::string::npos) << e.what();
   }
   EXPECT_EQ(env_names().size(), 6u);
+}
+
+// Env i's episodes last i + 1 steps and return i + 1, whatever the actions.
+class CountingEnv final : public BatchedEnv {
+ public:
+  explicit CountingEnv(int num_envs)
+      : BatchedEnv("counting", num_envs, 3, {2}), steps_(static_cast<std::size_t>(num_envs)) {}
+
+ private:
+  void do_reset() override {
+    for (std::size_t i = 0; i < steps_.size(); ++i) {
+      steps_[i] = 0;
+      clear_step_fields(i);
+    }
+  }
+  void do_step(std::span<const std::int32_t>) override {
+    for (std::size_t i = 0; i < steps_.size(); ++i) {
+      const auto length = static_cast<int>(i) + 1;
+      if (steps_[i] == length) {  // the reset step after an episode's end
+        steps_[i] = 0;
+        clear_step_fields(i);
+        continue;
+      }
+      ++steps_[i];
+      rewards_[i] = 1.0f;
+      const bool ends = steps_[i] == length;
+      terminated_[i] = ends ? 1 : 0;
+      episode_return_[i] = ends ? static_cast<float>(length) : 0.0f;
+      episode_length_[i] = ends ? length : 0;
+    }
+  }
+  std::vector<int> steps_;
+};
+
+TEST(MakeActorEnv, AFactoryMakesTheEnvironmentsElseMakeEnvByName) {
+  const auto made = make_actor_env({}, "cartpole", 3, 2, 5);
+  EXPECT_EQ(made->name(), "cartpole");
+  EXPECT_EQ(made->num_envs(), 2);
+  const auto direct = make_env("cartpole", 2, 5);
+  const std::span<const float> a = made->last().observations, b = direct->last().observations;
+  EXPECT_EQ(std::vector<float>(a.begin(), a.end()), std::vector<float>(b.begin(), b.end()));
+
+  int calls = 0;
+  const EnvFactory factory = [&](int actor, int num_envs, std::uint64_t seed) {
+    ++calls;
+    EXPECT_EQ(actor, 3);
+    EXPECT_EQ(num_envs, 2);
+    EXPECT_EQ(seed, 5u);
+    return std::make_unique<CountingEnv>(num_envs);
+  };
+  EXPECT_EQ(make_actor_env(factory, "not a game", 3, 2, 5)->name(), "counting");
+  EXPECT_EQ(calls, 1);
+  EXPECT_THROW(make_actor_env({}, "not a game", 3, 2, 5), InvalidArgument);
+}
+
+// The mean over every episode that ended, those of the step that reached the count included:
+// with CountingEnv, env 0 ends on steps 1 and 3, env 1 on step 2, env 2 on step 3, so 3
+// episodes take 3 steps and average (1 + 2 + 1 + 3) / 4.
+TEST(RandomPolicyReturn, TheMeanOfTheEpisodesThatEndedInSixteenEnvironments) {
+  const EnvFactory factory = [](int actor, int num_envs, std::uint64_t seed) {
+    EXPECT_EQ(actor, 0);
+    EXPECT_EQ(num_envs, 16);
+    EXPECT_EQ(seed, 9u ^ 0x5eedu);
+    return std::make_unique<CountingEnv>(num_envs);
+  };
+  EXPECT_EQ(random_policy_return(factory, "counting", 1, 9), 1.0);
+  EXPECT_EQ(random_policy_return(factory, "counting", 2, 9), 1.5);
+  EXPECT_EQ(random_policy_return(factory, "counting", 3, 9), 1.75);
+}
+
+// CartPole: every episode lasts at least a few steps and at most 500, each step returning 1;
+// the same seed gives the same bits, another seed other episodes.
+TEST(RandomPolicyReturn, OnCartPoleDeterministicForASeedAndWithinTheGamesBounds) {
+  const double r = random_policy_return({}, "cartpole", 50, 7);
+  EXPECT_EQ(r, random_policy_return({}, "cartpole", 50, 7));
+  EXPECT_NE(r, random_policy_return({}, "cartpole", 50, 8));
+  EXPECT_GE(r, 5.0);
+  EXPECT_LE(r, 500.0);
+}
+
+TEST(RandomPolicyReturn, BadArgumentsAndFailingEnvironmentsThrow) {
+  EXPECT_THROW(random_policy_return({}, "cartpole", 0, 1), InvalidArgument);
+  EXPECT_THROW(random_policy_return({}, "pong", 10, 1), InvalidArgument);
+  const EnvFactory broken = [](int, int, std::uint64_t) -> std::unique_ptr<BatchedEnv> {
+    throw DataError("no environments today", "factory");
+  };
+  EXPECT_THROW(random_policy_return(broken, "cartpole", 10, 1), DataError);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <string>
 #include <thread>
 
 #include "replicator/errors.h"
@@ -249,6 +250,55 @@ TEST(RemoteLearner, BadAddressesAndAssignmentsAreInvalidArgument) {
   TrajectoryQueue<Unroll> queue;
   EXPECT_THROW(LearnerServer({.address = "127.0.0.1:0", .play = {}}, store, queue),
                InvalidArgument);
+}
+
+TEST(ListenAddress, EachLearnerProcessListensOnThePortPlusItsRank) {
+  EXPECT_EQ(listen_address("127.0.0.1:7000", 0), "127.0.0.1:7000");
+  EXPECT_EQ(listen_address("127.0.0.1:7000", 3), "127.0.0.1:7003");
+  EXPECT_EQ(listen_address("[::1]:7000", 1), "[::1]:7001");
+  EXPECT_EQ(listen_address("0.0.0.0:0", 5), "0.0.0.0:0");  // each takes a free port
+  EXPECT_EQ(listen_address("h:65534", 1), "h:65535");
+}
+
+TEST(ListenAddress, AnAddressWithoutAUsablePortIsInvalidArgument) {
+  for (const char* bad : {"localhost", "h:", "h:abc", "h:70000", "h:-1", "h:7000x", "h:+7000",
+                          "h: 7000", "h:0000070000"}) {
+    EXPECT_THROW(listen_address(bad, 0), InvalidArgument) << bad;
+  }
+  EXPECT_THROW(listen_address("h:7000", -1), InvalidArgument);
+  try {
+    listen_address("h:65535", 1);
+    ADD_FAILURE() << "port 65536 was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("65536"), std::string::npos) << e.what();
+  }
+}
+
+TEST(EnvFactory, GymNamesLiveInTheEnvServersTakenInTurnByActor) {
+  EXPECT_FALSE(env_factory("cartpole", {}));
+  EXPECT_FALSE(env_factory("breakout", {"h:1"}));
+  try {
+    env_factory("gym:CartPole-v1", {});
+    ADD_FAILURE() << "a gym environment without env servers was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("env_server.py"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(env_factory("gym:", {"h:1"}), InvalidArgument);
+  // Addresses without a port fail in make_remote_env before any connection, naming the
+  // server the actor was given.
+  const EnvFactory factory = env_factory("gym:CartPole-v1", {"first", "second"});
+  ASSERT_TRUE(factory);
+  const auto server_of = [&](int actor) {
+    try {
+      factory(actor, 1, 0);
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(server_of(0).find("'first'"), std::string::npos) << server_of(0);
+  EXPECT_NE(server_of(1).find("'second'"), std::string::npos) << server_of(1);
+  EXPECT_NE(server_of(2).find("'first'"), std::string::npos) << server_of(2);
 }
 
 }  // namespace

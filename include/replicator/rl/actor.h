@@ -66,10 +66,10 @@ struct ActorOptions {
   std::uint64_t seed = 0;
   EnvOptions env_options;
   Deadline insert_timeout;  // per insert; empty: the queue's own
-  // Where the environments come from (for example make_remote_env for environments in an env
-  // server): called once in the constructor with the actor's id, M and the seed it derives;
-  // empty: make_env(env, ...).
-  std::function<std::unique_ptr<BatchedEnv>(int actor, int num_envs, std::uint64_t seed)> make_env;
+  // Where the environments come from (for example remote.h's env_factory for environments in
+  // an env server): called once in the constructor with the actor's id, M and the seed it
+  // derives; empty: make_env(env, ...).
+  EnvFactory make_env;
 };
 
 // What all actors have done, updated as they go (relaxed atomics, read by the reporter).

@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -124,5 +125,27 @@ const std::vector<std::string>& env_names();
 // num_envs < 1, or sticky_action_prob outside [0, 1] (the message lists the valid values).
 std::unique_ptr<BatchedEnv> make_env(std::string_view name, int num_envs, std::uint64_t seed,
                                      const EnvOptions& options = {});
+
+// Where an actor's environments come from when they are not make_env's (for example
+// make_remote_env's, in an env server: remote.h's env_factory): called with the actor's id,
+// M and the seed derived for it, it returns M environments, already reset.
+using EnvFactory =
+    std::function<std::unique_ptr<BatchedEnv>(int actor, int num_envs, std::uint64_t seed)>;
+
+// Actor `actor`'s `num_envs` environments: factory(actor, num_envs, seed) where a factory is
+// given, else make_env(name, num_envs, seed, options). Blocks and throws as the one called.
+std::unique_ptr<BatchedEnv> make_actor_env(const EnvFactory& factory, std::string_view name,
+                                           int actor, int num_envs, std::uint64_t seed,
+                                           const EnvOptions& options = {});
+
+// The mean return of a uniform random policy: the floor a learning curve is read against.
+// Plays a batch of 16 environments (make_actor_env(factory, name, 0, 16, seed ^ 0x5eed)) with
+// actions drawn uniformly from a generator seeded with `seed`, until at least `episodes`
+// episodes have ended, and returns the mean over every episode that ended (those ending on
+// the last step included). Deterministic where the environments are: the same arguments give
+// the same bits. Blocks while it plays (an env server's environments: a call per step).
+// Throws InvalidArgument for episodes < 1, and what making or stepping the environments throws.
+double random_policy_return(const EnvFactory& factory, std::string_view name, int episodes,
+                            std::uint64_t seed);
 
 }  // namespace replicator::rl

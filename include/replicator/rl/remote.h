@@ -82,6 +82,13 @@ struct LearnerServerStats {
   int hellos = 0;
 };
 
+// The address learner process `rank` of a job listens on when the job's learners are given
+// `listen` (host:port): the same host, port + rank, so that the processes of one host do not
+// collide; port 0 stays 0 (each takes a free one; LearnerServer::address() tells which).
+// Pure. Throws InvalidArgument for an address without a port, a port outside [0, 65535], a
+// rank below 0 or a port + rank past 65535.
+std::string listen_address(const std::string& listen, int rank);
+
 class LearnerServer {
  public:
   // Starts serving `store` and `queue` (which must outlive the server). Does not block.
@@ -188,5 +195,13 @@ class RemoteLearner {
 std::unique_ptr<BatchedEnv> make_remote_env(
     const std::string& address, const std::string& env, int num_envs, std::uint64_t seed,
     std::chrono::milliseconds timeout = std::chrono::milliseconds(60'000));
+
+// Where a job's environments come from, by the name a user gives: "gym:<id>" names gymnasium
+// environment <id> in the env servers `servers` (host:port each): the factory makes actor a's
+// environments in servers[a % servers.size()] with make_remote_env (and blocks and throws as
+// it does). Any other name is a C++ game: the factory is empty, and make_actor_env (env.h)
+// or an Actor makes make_env's. Does not connect or block. Throws InvalidArgument for a
+// "gym:" name without an id or without servers, naming python/env_server.py.
+EnvFactory env_factory(const std::string& env, const std::vector<std::string>& servers);
 
 }  // namespace replicator::rl

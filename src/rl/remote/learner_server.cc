@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <string>
 
 #include "learner.grpc.pb.h"
 #include "replicator/errors.h"
@@ -324,5 +325,32 @@ int LearnerServer::wait_for_actors(int n, milliseconds timeout) const {
 }
 void LearnerServer::finish(milliseconds grace) { impl_->finish(grace); }
 LearnerServerStats LearnerServer::stats() const { return impl_->stats(); }
+
+std::string listen_address(const std::string& listen, int rank) {
+  const std::size_t colon = listen.rfind(':');
+  long port = -1;
+  if (colon != std::string::npos && colon + 1 < listen.size()) {
+    const std::string digits = listen.substr(colon + 1);
+    if (digits.size() <= 5 &&
+        std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      port = std::stol(digits);
+    }
+  }
+  if (port < 0 || port > 65535) {
+    throw InvalidArgument(
+        "a learner's listen address (replicator train impala --listen) is host:port (port 0: "
+        "any free one), got '" +
+        listen + "'");
+  }
+  if (rank < 0) {
+    throw InvalidArgument("listen_address: rank must be at least 0, got " + std::to_string(rank));
+  }
+  if (port != 0 && port + rank > 65535) {
+    throw InvalidArgument("learner process " + std::to_string(rank) + " would listen on port " +
+                          std::to_string(port + rank) + " (" + listen +
+                          " + its rank), past 65535: give a lower port");
+  }
+  return listen.substr(0, colon) + ":" + std::to_string(port == 0 ? 0 : port + rank);
+}
 
 }  // namespace replicator::rl

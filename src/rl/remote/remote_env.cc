@@ -2,6 +2,9 @@
 
 #include <chrono>
 #include <span>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "env.grpc.pb.h"
 #include "replicator/errors.h"
@@ -158,6 +161,22 @@ std::unique_ptr<BatchedEnv> make_remote_env(const std::string& address, const st
                                           std::move(channel), std::move(stub), session, timeout);
   made->reset();
   return made;
+}
+
+EnvFactory env_factory(const std::string& env, const std::vector<std::string>& servers) {
+  if (!env.starts_with("gym:")) return {};
+  std::string id = env.substr(4);
+  if (id.empty()) throw InvalidArgument("env_factory: '" + env + "' names no gymnasium id");
+  if (servers.empty()) {
+    throw InvalidArgument("environment " + env +
+                          " lives in an env server: start python/env_server.py and give its "
+                          "address (host:port; replicator train impala --env-servers)");
+  }
+  return [id = std::move(id), servers](int actor, int num_envs, std::uint64_t seed) {
+    const auto n = static_cast<int>(servers.size());
+    return make_remote_env(servers[static_cast<std::size_t>((actor % n + n) % n)], id, num_envs,
+                           seed);
+  };
 }
 
 }  // namespace replicator::rl
