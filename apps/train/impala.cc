@@ -15,7 +15,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +23,7 @@
 #include "replicator/errors.h"
 #include "replicator/replicator.h"
 #include "replicator/rl/actor.h"
+#include "replicator/rl/actor_pool.h"
 #include "replicator/rl/learner.h"
 #include "replicator/rl/parameter_store.h"
 #include "replicator/rl/policy.h"
@@ -54,56 +54,27 @@ double default_target(const std::string& env) {
                                                        : std::numeric_limits<double>::quiet_NaN();
 }
 
-// Where actor `actor`'s M environments come from: empty for the C++ ones (make_env by name);
-// for "gym:<id>", an env server of `servers` (actor % n). Throws InvalidArgument for a "gym:"
-// environment without servers, ConfigError when built without gRPC.
-using EnvSource =
-    std::function<std::unique_ptr<rl::BatchedEnv>(int actor, int num_envs, std::uint64_t seed)>;
+// Where the job's environments come from (rl::env_factory: an env server's for "gym:<id>",
+// an empty factory for the C++ games); built without gRPC, "gym:" is a ConfigError.
+using EnvSource = rl::EnvFactory;
 EnvSource env_source(const std::string& env, const std::vector<std::string>& servers) {
-  if (!env.starts_with("gym:")) return {};
 #ifdef REPLICATOR_HAVE_GRPC
-  if (servers.empty()) {
-    throw InvalidArgument("--env " + env +
-                          " lives in an env server: start python/env_server.py and give its "
-                          "address with --env-servers HOST:PORT[,...]");
-  }
-  return [id = env.substr(4), servers](int actor, int num_envs, std::uint64_t seed) {
-    return rl::make_remote_env(servers[static_cast<std::size_t>(actor) % servers.size()], id,
-                               num_envs, seed);
-  };
+  return rl::env_factory(env, servers);
 #else
   (void)servers;
-  throw ConfigError("this replicator was built without gRPC: no env servers");
+  if (env.starts_with("gym:")) {
+    throw ConfigError("this replicator was built without gRPC: no env servers");
+  }
+  return {};
 #endif
 }
 
 std::unique_ptr<rl::BatchedEnv> make_job_env(const EnvSource& source, const std::string& env,
                                              int actor, int num_envs, std::uint64_t seed) {
-  return source ? source(actor, num_envs, seed) : rl::make_env(env, num_envs, seed);
+  return rl::make_actor_env(source, env, actor, num_envs, seed);
 }
 
-// The mean return of a uniform random policy over `episodes` episodes (16 environments at
-// once): the floor a learning curve is read against.
-double random_policy_return(const EnvSource& source, const std::string& env, int episodes,
-                            std::uint64_t seed) {
-  const std::unique_ptr<rl::BatchedEnv> batch = make_job_env(source, env, 0, 16, seed ^ 0x5eedULL);
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<std::int32_t> action(0, batch->num_actions() - 1);
-  std::vector<std::int32_t> actions(16);
-  double sum = 0;
-  int finished = 0;
-  while (finished < episodes) {
-    for (std::int32_t& a : actions) a = action(rng);
-    const rl::StepResult r = batch->step(actions);
-    for (std::size_t i = 0; i < actions.size(); ++i) {
-      if (r.terminated[i] != 0 || r.truncated[i] != 0) {
-        sum += r.episode_return[i];
-        ++finished;
-      }
-    }
-  }
-  return sum / finished;
-}
+using rl::random_policy_return;
 
 std::string human_count(double n) {
   char text[32];
@@ -117,56 +88,6 @@ std::string human_count(double n) {
   return text;
 }
 
-// The actor threads of this process: started at once (they wait for the first published
-// parameters), stopped and joined by stop(); the first error of any is kept and closes the
-// queue, which releases the learner.
-class ActorThreads {
- public:
-  ActorThreads(int first_id, int count, const rl::ActorOptions& options,
-               const rl::ParameterStore& store, rl::TrajectoryQueue<rl::Unroll>& queue,
-               rl::EpisodeLog& log, rl::ActorCounters& counters)
-      : queue_(queue) {
-    for (int a = 0; a < count; ++a) {
-      actors_.push_back(
-          std::make_unique<rl::Actor>(first_id + a, options, store, queue, log, counters));
-    }
-    for (auto& actor : actors_) {
-      threads_.emplace_back([this, a = actor.get()] {
-        try {
-          a->run(stop_);
-        } catch (...) {
-          {
-            std::lock_guard lock(mu_);
-            if (!error_) error_ = std::current_exception();
-          }
-          queue_.close();
-        }
-      });
-    }
-  }
-  ~ActorThreads() { stop(); }
-
-  void stop() {
-    stop_ = true;
-    queue_.close();
-    for (std::thread& t : threads_) {
-      if (t.joinable()) t.join();
-    }
-  }
-  std::exception_ptr error() {
-    std::lock_guard lock(mu_);
-    return error_;
-  }
-
- private:
-  rl::TrajectoryQueue<rl::Unroll>& queue_;
-  std::vector<std::unique_ptr<rl::Actor>> actors_;
-  std::vector<std::thread> threads_;
-  std::atomic<bool> stop_{false};
-  std::mutex mu_;
-  std::exception_ptr error_;
-};
-
 // The cores this process may run on: its affinity mask (what nproc counts), else all.
 int usable_cores() {
   cpu_set_t set;
@@ -175,25 +96,9 @@ int usable_cores() {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
-// Where learner process `rank` of `processes` listens: `listen`'s port + rank (port 0 stays
-// 0: each takes a free one). Throws InvalidArgument for an address without a port.
-std::string listen_address(const std::string& listen, int rank) {
-  const std::size_t colon = listen.rfind(':');
-  int port = -1;
-  if (colon != std::string::npos) {
-    try {
-      std::size_t used = 0;
-      port = std::stoi(listen.substr(colon + 1), &used);
-      if (used != listen.size() - colon - 1) port = -1;
-    } catch (const std::exception&) {
-      port = -1;
-    }
-  }
-  if (port < 0 || port > 65535) {
-    throw InvalidArgument("--listen takes host:port (port 0: any free one), got '" + listen + "'");
-  }
-  return listen.substr(0, colon) + ":" + std::to_string(port == 0 ? 0 : port + rank);
-}
+#ifdef REPLICATOR_HAVE_GRPC
+using rl::listen_address;
+#endif
 
 }  // namespace
 
@@ -258,8 +163,8 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
 #else
   if (remote) throw ConfigError("this replicator was built without gRPC: no remote actors");
 #endif
-  ActorThreads actors(rank * actor_threads, actor_threads, actor_options, store, queue, log,
-                      counters);
+  rl::ActorPool actors(rank * actor_threads, actor_threads, actor_options, store, queue, log,
+                       counters);
   std::optional<rl::Actor> inline_actor;
   if (synchronous) inline_actor.emplace(rank, actor_options, store, queue, log, counters);
   const LearnerShared shared{
@@ -609,14 +514,14 @@ RemoteActorResult run_remote_actor(const RemoteActorOptions& o) {
   rl::TrajectoryQueue<rl::Unroll> queue({.max_size = 2 * std::int64_t{a.envs}});
   rl::EpisodeLog log;
   rl::ActorCounters counters;
-  ActorThreads actor(a.actor, 1,
-                     {.env = a.env,
-                      .envs = a.envs,
-                      .unroll = a.unroll,
-                      .hidden = a.hidden,
-                      .seed = a.seed,
-                      .make_env = env_source(a.env, a.env_servers)},
-                     store, queue, log, counters);
+  rl::ActorPool actor(a.actor, 1,
+                      {.env = a.env,
+                       .envs = a.envs,
+                       .unroll = a.unroll,
+                       .hidden = a.hidden,
+                       .seed = a.seed,
+                       .make_env = rl::env_factory(a.env, a.env_servers)},
+                      store, queue, log, counters);
   std::size_t reported_episodes = 0;
   std::int64_t reported_frames = 0;
   const auto report = [&] {
