@@ -338,4 +338,20 @@ std::optional<Batch> ShardedLoader::next() {
   }
 }
 
+::torch::Tensor normalised_images(const ::torch::Tensor& images) {
+  if (!images.defined() || images.scalar_type() != ::torch::kUInt8 || images.dim() != 3 ||
+      images.size(1) != kImageSide || images.size(2) != kImageSide || !images.device().is_cpu()) {
+    throw InvalidArgument("normalised_images needs uint8 [n, 28, 28] images on the CPU, got " +
+                          (images.defined() ? c10::str(images.scalar_type(), " ", images.sizes(),
+                                                       " on ", images.device())
+                                            : std::string("undefined")));
+  }
+  const ::torch::Tensor in = images.contiguous();
+  ::torch::Tensor out = ::torch::empty({in.size(0), 1, kImageSide, kImageSide}, ::torch::kFloat);
+  const std::uint8_t* pixels = in.data_ptr<std::uint8_t>();
+  float* values = out.data_ptr<float>();
+  for (std::int64_t p = 0; p < in.numel(); ++p) values[p] = kNormalised[pixels[p]];
+  return out;
+}
+
 }  // namespace replicator::data

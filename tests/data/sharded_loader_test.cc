@@ -178,6 +178,19 @@ TEST(ShardedLoader, ImagesAreNormalisedAndLabelsInt64) {
   EXPECT_TRUE(::torch::allclose(batch.images, expected, /*rtol=*/0, /*atol=*/1e-6));
 }
 
+// normalised_images gives a batch's values bit for bit, from images of any strides.
+TEST(ShardedLoader, NormalisedImagesAreTheBatchImages) {
+  const auto examples = synthetic(30);
+  const auto batch = batch_at(examples, {.global_batch = 30, .shuffle = false}, 0, 0);
+  EXPECT_TRUE(::torch::equal(normalised_images(examples->images), batch.images));
+  const ::torch::Tensor transposed = examples->images.transpose(1, 2);
+  EXPECT_TRUE(
+      ::torch::equal(normalised_images(transposed), normalised_images(transposed.contiguous())));
+  expect_invalid_argument([] { normalised_images(::torch::zeros({2, 28, 28})); });
+  expect_invalid_argument([] { normalised_images(::torch::zeros({2, 28}, ::torch::kUInt8)); });
+  expect_invalid_argument([] { normalised_images(::torch::Tensor()); });
+}
+
 // Every augmented image is its source flipped or not, then shifted by -2..2 in x and y with
 // zero fill, computed here with tensor ops; the draws vary over examples and epochs.
 TEST(ShardedLoader, AugmentationFlipsAndShiftsEachExample) {

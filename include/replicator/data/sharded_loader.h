@@ -50,6 +50,11 @@ struct Batch {
   std::int64_t index = 0;  // global batch index within the epoch
 };
 
+// Images as a Batch holds them: uint8 [n, 28, 28] on the CPU (any strides) → float32
+// [n, 1, 28, 28] = (pixel/255 − 0.2860)/0.3530, the loader's values bit for bit (without
+// augmentation). Throws InvalidArgument for images of another dtype, shape or device.
+::torch::Tensor normalised_images(const ::torch::Tensor& images);
+
 class ShardedLoader {
  public:
   // Does not block and starts no thread. `examples` must hold uint8 [N, 28, 28] contiguous
