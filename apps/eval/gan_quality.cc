@@ -12,9 +12,12 @@
 #include "replicator/errors.h"
 #include "replicator/torch/checkpoint.h"
 #include "replicator/torch/memory_format.h"
+#include "replicator/torch/sample_quality.h"
 
 namespace replicator::apps {
 namespace {
+
+namespace rt = replicator::torch;
 
 using Clock = std::chrono::steady_clock;
 
@@ -30,29 +33,16 @@ double seconds_since(Clock::time_point t) {
 constexpr int kCasEpochs = 5;
 constexpr bool kCasAugment = false;
 
-struct Classified {
-  ::torch::Tensor features;  // double [N, 64]
-  double accuracy = 0;
-};
-
-// One pass of the classifier over `examples`: features and accuracy together. The loader,
-// without shuffling, keeps the examples' order and normalises as in training.
-Classified classify(ResNet& classifier, const data::Examples& examples, std::int64_t batch) {
-  if (examples.size() == 0) throw InvalidArgument("no examples to classify");
-  if (batch < 1) throw InvalidArgument("batch must be at least 1, got " + std::to_string(batch));
-  const ::torch::NoGradGuard no_grad;
+// One pass of the classifier over `examples`: features and accuracy together, the images
+// normalised as in training.
+rt::ImageScores classify(ResNet& classifier, const data::Examples& examples, std::int64_t batch) {
   classifier->eval();
-  data::ShardedLoader loader(std::make_shared<const data::Examples>(examples),
-                             {.global_batch = batch, .shuffle = false, .drop_last = false});
-  loader.start_epoch(0);
-  std::vector<::torch::Tensor> features;
-  double correct = 0;
-  while (std::optional<data::Batch> b = loader.next()) {
-    const ::torch::Tensor f = classifier->features(b->images);
-    correct += classifier->logits(f).argmax(1).eq(b->labels).sum().item<double>();
-    features.push_back(f.to(::torch::kDouble));
-  }
-  return {::torch::cat(features), correct / static_cast<double>(examples.size())};
+  return rt::score_images(
+      [&](const ::torch::Tensor& images) {
+        return classifier->features(data::normalised_images(images));
+      },
+      [&](const ::torch::Tensor& features) { return classifier->logits(features); },
+      examples.images, examples.labels, batch);
 }
 
 struct Scored {
@@ -60,10 +50,10 @@ struct Scored {
   double accuracy = 0;  // of the classifier
 };
 
-Scored score(ResNet& classifier, const data::Examples& examples, const GaussianStats& test,
+Scored score(ResNet& classifier, const data::Examples& examples, const rt::GaussianStats& test,
              std::int64_t batch) {
-  const Classified c = classify(classifier, examples, batch);
-  return {frechet_distance(gaussian_stats(c.features), test), c.accuracy};
+  const rt::ImageScores s = classify(classifier, examples, batch);
+  return {rt::frechet_distance(rt::gaussian_stats(s.features), test), s.accuracy};
 }
 
 data::Examples first(const data::Examples& examples, std::int64_t n) {
@@ -87,7 +77,7 @@ ResNet load_classifier(const std::filesystem::path& path) {
   // same parameters has its shape (the options come from the file).
   ::torch::optim::SGD sgd(classifier->parameters(), ::torch::optim::SGDOptions(0.1).momentum(0.9));
   try {
-    replicator::torch::load_checkpoint(path, *classifier, sgd);
+    rt::load_checkpoint(path, *classifier, sgd);
   } catch (const DataError&) {
     throw;
   } catch (const c10::Error& e) {
@@ -98,7 +88,7 @@ ResNet load_classifier(const std::filesystem::path& path) {
     throw DataError("cannot load the classifier " + path.string() + ": " + e.what(), path.string());
   }
   // A checkpoint brings the layout it was saved in; the network's own wins.
-  replicator::torch::to_memory_format(*classifier, memory_format(classifier->options()));
+  rt::to_memory_format(*classifier, memory_format(classifier->options()));
   classifier->eval();
   return classifier;
 }
@@ -114,30 +104,9 @@ double classifier_accuracy(ResNet& classifier, const data::Examples& examples, s
 
 data::Examples trivial_generator_examples(const data::Examples& train, std::int64_t n,
                                           std::uint64_t seed) {
-  if (n < 0) throw InvalidArgument("the trivial generator needs n >= 0, got " + std::to_string(n));
-  const std::int64_t classes = ResNetOptions{}.classes;
-  const std::int64_t side = data::kImageSide;
-  const ::torch::NoGradGuard no_grad;
-  at::Generator generator = at::detail::createCPUGenerator(seed);
-  data::Examples out{::torch::empty({n, side, side}, ::torch::kUInt8),
-                     ::torch::arange(n, ::torch::kLong).remainder(classes)};
-  for (std::int64_t c = 0; c < classes; ++c) {
-    const ::torch::Tensor rows = train.labels.eq(c).nonzero().squeeze(1);
-    if (rows.numel() == 0) {
-      throw InvalidArgument("the trivial generator needs examples of every class; class " +
-                            std::to_string(c) + " has none");
-    }
-    if (c >= n) continue;
-    const ::torch::Tensor pixels = train.images.index_select(0, rows).to(::torch::kDouble);
-    const ::torch::Tensor mean = pixels.mean(0);
-    const ::torch::Tensor deviation = (pixels - mean).square().mean(0).sqrt();
-    const ::torch::Tensor targets = ::torch::arange(c, n, classes, ::torch::kLong);
-    const ::torch::Tensor noise =
-        at::randn({targets.numel(), side, side}, generator, ::torch::kDouble);
-    out.images.index_copy_(0, targets,
-                           (mean + deviation * noise).round().clamp(0, 255).to(::torch::kUInt8));
-  }
-  return out;
+  rt::LabelledImages out =
+      rt::trivial_generator(train.images, train.labels, ResNetOptions{}.classes, n, seed);
+  return {std::move(out.images), std::move(out.labels)};
 }
 
 TrainOptions cas_training_options() {
@@ -171,8 +140,8 @@ QualityReference quality_reference(ResNet& classifier, const data::Examples& tra
   const Clock::time_point started = Clock::now();
   check_enough(train, options.samples, "training");
   QualityReference r;
-  const Classified real = classify(classifier, test, options.batch);
-  r.test = gaussian_stats(real.features);
+  const rt::ImageScores real = classify(classifier, test, options.batch);
+  r.test = rt::gaussian_stats(real.features);
   r.test_accuracy = real.accuracy;
 
   at::Generator generator = at::detail::createCPUGenerator(options.seed);

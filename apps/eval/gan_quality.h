@@ -1,6 +1,7 @@
 // Sample quality of a class-conditional generator of Fashion-MNIST images, measured with
-// the project's classifier (apps/train/resnet.h, trained by `replicator train classifier`):
-// - FD: the Fréchet distance (apps/eval/frechet.h) between the classifier's features (the
+// the project's classifier (apps/train/resnet.h, trained by `replicator train
+// classifier`) through the torch layer's measures (replicator/torch/sample_quality.h):
+// - FD: the Fréchet distance between the classifier's features (the
 //   64 values before its head) of `samples` generated images and of the 10,000 test
 //   images, beside a floor (as many real training images) and a ceiling (as many images of
 //   the trivial generator: each class's mean image plus Gaussian pixel noise);
@@ -20,10 +21,10 @@
 #include <optional>
 #include <string>
 
-#include "apps/eval/frechet.h"
 #include "apps/train/classifier.h"
 #include "apps/train/resnet.h"
 #include "replicator/data/fashion_mnist.h"
+#include "replicator/torch/sample_quality.h"
 
 namespace replicator::apps {
 
@@ -34,7 +35,7 @@ ResNet load_classifier(const std::filesystem::path& path);
 
 // The classifier's features of `examples`, double [N, 64], `batch` images per forward pass,
 // in eval mode (it stays there) without gradients, the images normalised as the training
-// loader does (data/sharded_loader.h). Throws InvalidArgument for no examples, examples
+// loader does (data::normalised_images). Throws InvalidArgument for no examples, examples
 // that are not uint8 [N, 28, 28] with int64 [N] labels, or a batch below 1.
 ::torch::Tensor classifier_features(ResNet& classifier, const data::Examples& examples,
                                     std::int64_t batch = 500);
@@ -45,11 +46,9 @@ ResNet load_classifier(const std::filesystem::path& path);
 double classifier_accuracy(ResNet& classifier, const data::Examples& examples,
                            std::int64_t batch = 500);
 
-// `n` images of the trivial generator: labels balanced (example i has class i % 10), each
-// image its class's mean image in `train` plus independent Gaussian noise with, per pixel,
-// the standard deviation of that pixel within the class, rounded and clamped to 0..255.
-// Depends only on (train, n, seed); leaves LibTorch's default generator alone. Throws
-// InvalidArgument when n < 0 or a class has no example in `train`.
+// `n` images of the trivial generator fitted to `train` (torch::trivial_generator with the
+// classifier's 10 classes): labels balanced, each image its class's mean image plus pixel
+// noise. Throws InvalidArgument when n < 0 or a class has no example in `train`.
 data::Examples trivial_generator_examples(const data::Examples& train, std::int64_t n,
                                           std::uint64_t seed);
 
@@ -75,7 +74,7 @@ struct EvalOptions {
 
 // What a generator is compared with; independent of it, so computed once per classifier.
 struct QualityReference {
-  GaussianStats test;                    // the classifier's features of the test set
+  torch::GaussianStats test;             // the classifier's features of the test set
   double test_accuracy = 0;              // the classifier's accuracy on the test set
   double fd_floor = 0;                   // FD of `samples` training images (a seeded random subset)
   double fd_ceiling = 0;                 // FD of `samples` images of the trivial generator

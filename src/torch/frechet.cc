@@ -1,4 +1,4 @@
-#include "apps/eval/frechet.h"
+#include "replicator/torch/frechet.h"
 
 #include <torch/torch.h>
 
@@ -6,7 +6,7 @@
 
 #include "replicator/errors.h"
 
-namespace replicator::apps {
+namespace replicator::torch {
 namespace {
 
 // (m + mᵀ)/2: the products below are symmetric up to rounding; eigh reads one triangle only.
@@ -81,4 +81,4 @@ double frechet_distance(const GaussianStats& a, const GaussianStats& b) {
   return mean_term + sa.trace().item<double>() + sb.trace().item<double>() - 2 * trace_root;
 }
 
-}  // namespace replicator::apps
+}  // namespace replicator::torch

@@ -1,5 +1,6 @@
 // The Fréchet distance between two Gaussians fitted to feature vectors (Heusel et al. 2017,
-// the "FID" when the features are Inception's; here the Fashion-MNIST classifier's):
+// the "FID" when the features are Inception's; replicator/torch/sample_quality.h measures
+// it between sets of images through a network of the caller's):
 //   FD = |μa − μb|² + tr Σa + tr Σb − 2 tr((Σa^½ Σb Σa^½)^½),
 // in double throughout, the symmetric square roots from eigendecompositions.
 // Pure functions of their arguments; safe to call from any thread.
@@ -9,7 +10,7 @@
 
 #include <cstdint>
 
-namespace replicator::apps {
+namespace replicator::torch {
 
 struct GaussianStats {
   ::torch::Tensor mean;        // double [D]
@@ -26,4 +27,4 @@ GaussianStats gaussian_stats(const ::torch::Tensor& features);
 // differ, a tensor has the wrong shape, or either count is below 2.
 double frechet_distance(const GaussianStats& a, const GaussianStats& b);
 
-}  // namespace replicator::apps
+}  // namespace replicator::torch
