@@ -42,7 +42,7 @@ class Block(nn.Module):
 
 
 class ResNet(nn.Module):
-    """apps/train/resnet.h: 3x3 stem, one block per stage at 16/32/64 channels, pool, linear."""
+    """examples/models/resnet.h: 3x3 stem, a block per stage at 16/32/64 channels, pool, linear."""
 
     def __init__(self, widths=(16, 32, 64), classes=10):
         super().__init__()

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Checks the relative links and image references of the project's Markdown pages: README.md,
-# docs/**/*.md, apps/README.md, bench/README.md, bench/results/**/README.md and
-# src/**/README.md. A target must exist in the tree, and a #anchor into a Markdown file must
-# name one of its headings (GitHub's rule: lowercase, spaces to '-', punctuation other than
-# '-' and '_' dropped, a repeated heading gets -1, -2, ...). http(s) and other URLs with a
-# scheme are not checked; code blocks and code spans are skipped.
+# docs/**/*.md, apps/README.md, bench/README.md, examples/README.md,
+# bench/results/**/README.md and src/**/README.md. A target must exist in the tree, and a
+# #anchor into a Markdown file must name one of its headings (GitHub's rule: lowercase,
+# spaces to '-', punctuation other than '-' and '_' dropped, a repeated heading gets -1,
+# -2, ...). http(s) and other URLs with a scheme are not checked; code blocks and code spans
+# are skipped.
 #   scripts/check_links.sh     exit 0, or 1 with one line per broken link: file:line: target (why)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -26,7 +27,7 @@ def pages():
             for f in files:
                 if keep(f):
                     found.add(os.path.normpath(os.path.join(d, f)))
-    add('README.md'); add('apps/README.md'); add('bench/README.md')
+    add('README.md'); add('apps/README.md'); add('bench/README.md'); add('examples/README.md')
     walk('docs', lambda f: f.endswith('.md'))
     walk('bench/results', lambda f: f == 'README.md')
     walk('src', lambda f: f == 'README.md')

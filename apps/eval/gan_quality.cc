@@ -72,7 +72,7 @@ void check_enough(const data::Examples& examples, std::int64_t n, const char* wh
 }  // namespace
 
 ResNet load_classifier(const std::filesystem::path& path) {
-  ResNet classifier(ResNetOptions{});
+  ResNet classifier(examples::ResNetOptions{});
   // The checkpoint holds the train job's optimizer state too; an SGD with momentum over the
   // same parameters has its shape (the options come from the file).
   ::torch::optim::SGD sgd(classifier->parameters(), ::torch::optim::SGDOptions(0.1).momentum(0.9));
@@ -105,7 +105,7 @@ double classifier_accuracy(ResNet& classifier, const data::Examples& examples, s
 data::Examples trivial_generator_examples(const data::Examples& train, std::int64_t n,
                                           std::uint64_t seed) {
   rt::LabelledImages out =
-      rt::trivial_generator(train.images, train.labels, ResNetOptions{}.classes, n, seed);
+      rt::trivial_generator(train.images, train.labels, examples::ResNetOptions{}.classes, n, seed);
   return {std::move(out.images), std::move(out.labels)};
 }
 

@@ -1,5 +1,5 @@
 // Sample quality of a class-conditional generator of Fashion-MNIST images, measured with
-// the project's classifier (apps/train/resnet.h, trained by `replicator train
+// the project's classifier (examples/models/resnet.h, trained by `replicator train
 // classifier`) through the torch layer's measures (replicator/torch/sample_quality.h):
 // - FD: the Fréchet distance between the classifier's features (the
 //   64 values before its head) of `samples` generated images and of the 10,000 test
@@ -22,11 +22,13 @@
 #include <string>
 
 #include "apps/train/classifier.h"
-#include "apps/train/resnet.h"
+#include "examples/models/resnet.h"
 #include "replicator/data/fashion_mnist.h"
 #include "replicator/torch/sample_quality.h"
 
 namespace replicator::apps {
+
+using examples::ResNet;
 
 // The model of a train-job checkpoint (checkpoint-<step>.pt), in a ResNet of the default
 // shape, in eval mode. BLOCKS on file I/O. Throws DataError naming `path` when the file is

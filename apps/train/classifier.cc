@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "apps/train/resnet.h"
+#include "examples/models/resnet.h"
 #include "replicator/data/fashion_mnist.h"
 #include "replicator/data/sharded_loader.h"
 #include "replicator/errors.h"
@@ -17,6 +17,10 @@
 #include "replicator/train/reporter.h"
 
 namespace replicator::apps {
+
+using examples::ResNet;
+using examples::ResNetOptions;
+
 namespace {
 
 namespace rt = replicator::torch;

@@ -1,5 +1,5 @@
 // The GAN job (`replicator train gan`): a BigGAN-style class-conditional GAN
-// (apps/train/biggan.h) on Fashion-MNIST, data-parallel over every replica of the job.
+// (examples/models/biggan.h) on Fashion-MNIST, data-parallel over every replica of the job.
 //
 // One step: `d_steps` discriminator steps, each on a fresh real batch and fresh fakes
 // (G forward without gradient: D's step never reaches G), then one generator step (D's
@@ -24,12 +24,20 @@
 #include <utility>
 #include <vector>
 
-#include "apps/train/biggan.h"
+#include "examples/models/biggan.h"
 #include "replicator/data/fashion_mnist.h"
 #include "replicator/torch/checkpoint.h"
 #include "replicator/train/job_options.h"
 
 namespace replicator::apps {
+
+// The networks and losses of examples/models/biggan.h.
+using examples::BigGanOptions;
+using examples::Discriminator;
+using examples::Generator;
+using examples::hinge_d_loss;
+using examples::hinge_g_loss;
+using examples::orthogonal_init;
 
 // The options every job shares (engine, seed, out, tensorboard, resume, checkpoints, threads,
 // progress) are train::JobOptions'; a GAN job writes a checkpoint every 500 steps by default

@@ -1,4 +1,4 @@
-// Tests of the train job's network layout (apps/train/classifier.h, apps/train/resnet.h):
+// Tests of the train job's network layout (apps/train/classifier.h, examples/models/resnet.h):
 // channels last and contiguous take the same steps (to rounding), the saved layout is the
 // run's own, and a run resumed with the other layout continues in its own. The job runs on
 // a few hundred examples held in memory, two local replicas.
@@ -12,13 +12,15 @@
 #include <memory>
 #include <string>
 
-#include "apps/train/resnet.h"
+#include "examples/models/resnet.h"
 #include "replicator/data/fashion_mnist.h"
 #include "replicator/torch/checkpoint.h"
 
 namespace {
 
 using namespace replicator::apps;
+using replicator::examples::ResNet;
+using replicator::examples::ResNetOptions;
 
 std::filesystem::path temp_dir(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() /

@@ -26,6 +26,7 @@ using replicator::DataError;
 using replicator::InvalidArgument;
 using replicator::data::Examples;
 namespace apps = replicator::apps;
+namespace models = replicator::examples;
 
 // n examples, class i % 10, each image a class-dependent level plus noise.
 Examples synthetic(std::int64_t n, std::uint64_t seed) {
@@ -38,7 +39,7 @@ Examples synthetic(std::int64_t n, std::uint64_t seed) {
 
 TEST(Classifier, FeaturesAndAccuracy) {
   torch::manual_seed(0);
-  apps::ResNet model(apps::ResNetOptions{});
+  models::ResNet model(models::ResNetOptions{});
   const Examples examples = synthetic(70, 4);
   const torch::Tensor features = apps::classifier_features(model, examples, 32);
   EXPECT_EQ(features.sizes(), (std::vector<std::int64_t>{70, 64}));
@@ -65,14 +66,14 @@ fs::path temp_dir() {
 TEST(Classifier, LoadsATrainJobCheckpoint) {
   const fs::path dir = temp_dir();
   torch::manual_seed(5);
-  apps::ResNet model(apps::ResNetOptions{});
+  models::ResNet model(models::ResNetOptions{});
   // Laid out as the train job saves it.
-  replicator::torch::to_memory_format(*model, apps::memory_format(model->options()));
+  replicator::torch::to_memory_format(*model, models::memory_format(model->options()));
   torch::optim::SGD sgd(
       model->parameters(),
       torch::optim::SGDOptions(0.2).momentum(0.9).nesterov(true).weight_decay(5e-4));
   replicator::torch::save_checkpoint(dir / "checkpoint-1.pt", *model, sgd, {.step = 1});
-  apps::ResNet loaded = apps::load_classifier(dir / "checkpoint-1.pt");
+  models::ResNet loaded = apps::load_classifier(dir / "checkpoint-1.pt");
   EXPECT_FALSE(loaded->is_training());
   const Examples examples = synthetic(20, 6);
   EXPECT_TRUE(torch::equal(apps::classifier_features(model, examples),
@@ -103,7 +104,7 @@ TEST(Cas, TrainsOnATinySetAndScoresIt) {
 
 TEST(Quality, WholeEvaluationOnAnUntrainedClassifier) {
   torch::manual_seed(0);
-  apps::ResNet model(apps::ResNetOptions{});
+  models::ResNet model(models::ResNetOptions{});
   const Examples train = synthetic(300, 9);
   const Examples test = synthetic(200, 10);
   const apps::EvalOptions options{.samples = 100, .batch = 64};

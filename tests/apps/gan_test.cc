@@ -1,8 +1,7 @@
-// Tests of the GAN job's pieces (apps/train/biggan.h, apps/train/gan.h): the hinge losses on
-// hand-made values, the networks' shapes, and the headline property of a data-parallel
-// GAN: one step on 2 replicas (threads, each with half of the global batch) gives what one
-// replica gives on the whole global batch, for G, D and the EMA (parameters and buffers:
-// spectral-norm vectors, batch-norm running statistics).
+// Tests of the GAN job (apps/train/gan.h; its networks: tests/examples/models_test.cc): the
+// headline property of a data-parallel GAN: one step on 2 replicas (threads, each with half of the
+// global batch) gives what one replica gives on the whole global batch, for G, D and the EMA
+// (parameters and buffers: spectral-norm vectors, batch-norm running statistics).
 #include "apps/train/gan.h"
 
 #include <gtest/gtest.h>
@@ -11,35 +10,12 @@
 #include <filesystem>
 #include <string>
 
-#include "apps/train/biggan.h"
 #include "replicator/errors.h"
 #include "replicator/torch/checkpoint.h"
 
 namespace {
 
 using namespace replicator::apps;
-
-TEST(GanLosses, HingeOnHandMadeScores) {
-  const torch::Tensor real = torch::tensor({2.0f, 0.5f, -1.0f});  // relu(1 − s): 0, 0.5, 2
-  const torch::Tensor fake = torch::tensor({-3.0f, 0.0f});        // relu(1 + s): 0, 1
-  auto [loss_real, loss_fake] = hinge_d_loss(real, fake);
-  EXPECT_FLOAT_EQ(loss_real.item<float>(), 2.5f / 3);
-  EXPECT_FLOAT_EQ(loss_fake.item<float>(), 0.5f);
-  EXPECT_FLOAT_EQ(hinge_g_loss(fake).item<float>(), 1.5f);
-}
-
-TEST(BigGan, ShapesAndRange) {
-  torch::manual_seed(1);
-  const BigGanOptions options{.width = 4, .z_chunk = 8, .embedding = 6};
-  Generator g(options);
-  Discriminator d(options);
-  orthogonal_init(*g);
-  const torch::Tensor labels = torch::tensor({0, 3, 9}, torch::kLong);
-  const torch::Tensor images = g(torch::randn({3, options.z_dim()}), labels);
-  EXPECT_EQ(images.sizes(), (std::vector<std::int64_t>{3, 1, 28, 28}));
-  EXPECT_LE(images.abs().max().item<float>(), 1.0f);
-  EXPECT_EQ(d(images, labels).sizes(), (std::vector<std::int64_t>{3}));
-}
 
 std::filesystem::path temp_dir(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() /

@@ -1,6 +1,6 @@
-#include "apps/train/biggan.h"
+#include "examples/models/biggan.h"
 
-namespace replicator::apps {
+namespace replicator::examples {
 namespace {
 
 namespace rt = replicator::torch;
@@ -115,4 +115,4 @@ std::pair<::torch::Tensor, ::torch::Tensor> hinge_d_loss(const ::torch::Tensor& 
 
 ::torch::Tensor hinge_g_loss(const ::torch::Tensor& fake_scores) { return -fake_scores.mean(); }
 
-}  // namespace replicator::apps
+}  // namespace replicator::examples

@@ -1,6 +1,6 @@
-#include "apps/train/resnet.h"
+#include "examples/models/resnet.h"
 
-namespace replicator::apps {
+namespace replicator::examples {
 namespace {
 
 namespace nn = ::torch::nn;
@@ -57,4 +57,4 @@ ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
 
 ::torch::Tensor ResNetImpl::logits(const ::torch::Tensor& features) { return head_(features); }
 
-}  // namespace replicator::apps
+}  // namespace replicator::examples

@@ -1,8 +1,9 @@
-// The classifier the train job fits: a small ResNet for 28x28 grey images. A 3x3 stem,
-// then one residual block per stage (two 3x3 convolutions, each followed by cross-replica
-// batch norm; a 1x1 projection when the shape changes), halving the resolution and
-// doubling the width per stage (16, 32, 64 channels at 28, 14, 7 pixels), global average
-// pooling and a linear layer. About 0.08 M parameters and 20 MFLOP per image forward.
+// The classifier of `replicator train classifier` (apps/train/classifier.h): a small ResNet
+// for 28x28 grey images. A 3x3 stem, then one residual block per stage (two 3x3
+// convolutions, each followed by cross-replica batch norm; a 1x1 projection when the shape
+// changes), halving the resolution and doubling the width per stage (16, 32, 64 channels at
+// 28, 14, 7 pixels), global average pooling and a linear layer. About 0.08 M parameters and
+// 20 MFLOP per image forward.
 #pragma once
 
 #include <torch/torch.h>
@@ -13,7 +14,7 @@
 #include "replicator/torch/batch_norm.h"
 #include "replicator/torch/memory_format.h"
 
-namespace replicator::apps {
+namespace replicator::examples {
 
 struct ResNetOptions {
   std::vector<std::int64_t> widths{16, 32, 64};
@@ -49,7 +50,8 @@ class ResNetImpl : public ::torch::nn::Module {
   // [N, 1, 28, 28] float images → [N, classes] logits: logits(features(images)).
   ::torch::Tensor forward(const ::torch::Tensor& images);
   // [N, 1, 28, 28] float images → [N, widths.back()]: the penultimate layer, after global
-  // average pooling, before the linear head (the features of apps/eval's Fréchet distance).
+  // average pooling, before the linear head (the features in which `replicator eval`
+  // measures Fréchet distances).
   ::torch::Tensor features(const ::torch::Tensor& images);
   // [N, widths.back()] features → [N, classes] logits (the linear head).
   ::torch::Tensor logits(const ::torch::Tensor& features);
@@ -67,4 +69,4 @@ class ResNet : public ::torch::nn::ModuleHolder<ResNetImpl> {
   using ::torch::nn::ModuleHolder<ResNetImpl>::ModuleHolder;
 };
 
-}  // namespace replicator::apps
+}  // namespace replicator::examples

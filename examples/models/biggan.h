@@ -1,6 +1,6 @@
-// The networks of the GAN job: a BigGAN-style class-conditional generator and projection
-// discriminator sized for 28x28 grey images (Fashion-MNIST), after Brock et al. 2019 with
-// their ingredients at a small scale:
+// The networks of the GAN job (`replicator train gan`, apps/train/gan.h): a BigGAN-style
+// class-conditional generator and projection discriminator sized for 28x28 grey images
+// (Fashion-MNIST), after Brock et al. 2019 with their ingredients at a small scale:
 //   - spectral norm on every convolution and linear layer of both networks (and on D's class
 //     embedding), orthogonal initialization; no bias in G's layers whose output goes into a
 //     batch norm (it would remove it; its gradient is rounding noise, which Adam would
@@ -33,7 +33,7 @@
 #include "replicator/torch/memory_format.h"
 #include "replicator/torch/spectral_norm.h"
 
-namespace replicator::apps {
+namespace replicator::examples {
 
 struct BigGanOptions {
   std::int64_t width = 32;      // w: channels of the 28x28 blocks (7x7 ones have 4w)
@@ -126,4 +126,4 @@ std::pair<::torch::Tensor, ::torch::Tensor> hinge_d_loss(const ::torch::Tensor& 
                                                          const ::torch::Tensor& fake_scores);
 ::torch::Tensor hinge_g_loss(const ::torch::Tensor& fake_scores);
 
-}  // namespace replicator::apps
+}  // namespace replicator::examples
