@@ -13,9 +13,9 @@ struct Command {
   std::function<int()> run;
 };
 
-// `replicator bench collectives` (bench_collectives.cc).
+// `replicator bench collectives` (bench/bench_collectives.cc).
 Command add_bench_collectives(CLI::App& bench);
-// `replicator bench rl-envs` (bench_rl_envs.cc).
+// `replicator bench rl-envs` (bench/bench_rl_envs.cc).
 Command add_bench_rl_envs(CLI::App& bench);
 // `replicator launch` (launch.cc).
 Command add_launch(CLI::App& app);
@@ -36,16 +36,16 @@ Command add_train_impala(CLI::App& train, char** argv);
 // `replicator rl actor` (rl_actor_command.cc): a remote IMPALA actor; built with LibTorch
 // only (it fails with a clear error without gRPC). `argv` as for the classifier.
 Command add_rl_actor(CLI::App& rl, char** argv);
-// `replicator bench rl-remote` (bench_rl_remote.cc); built with LibTorch only (it fails with
-// a clear error without gRPC).
+// `replicator bench rl-remote` (bench/bench_rl_remote.cc); built with LibTorch only (it fails
+// with a clear error without gRPC).
 Command add_bench_rl_remote(CLI::App& bench);
-// `replicator bench env-server` (bench_env_server.cc); built with LibTorch only (it fails with
-// a clear error without gRPC).
+// `replicator bench env-server` (bench/bench_env_server.cc); built with LibTorch only (it
+// fails with a clear error without gRPC).
 Command add_bench_env_server(CLI::App& bench);
-// `replicator bench rl` (bench_rl.cc); built with LibTorch only.
+// `replicator bench rl` (bench/bench_rl.cc); built with LibTorch only.
 Command add_bench_rl(CLI::App& bench, char** argv);
-// `replicator bench train` and `replicator bench gan` (bench_train.cc); built with LibTorch
-// only.
+// `replicator bench train` and `replicator bench gan` (bench/bench_train.cc); built with
+// LibTorch only.
 Command add_bench_train(CLI::App& bench);
 Command add_bench_gan(CLI::App& bench);
 // The `replicator eval` group (eval_command.cc), for the subcommands that measure sample

@@ -51,7 +51,8 @@ endfunction()
 function(replicator_check_layers root)
   file(GLOB_RECURSE files RELATIVE "${root}"
     "${root}/src/*.h" "${root}/src/*.cc" "${root}/include/*.h" "${root}/apps/*.h"
-    "${root}/apps/*.cc" "${root}/tests/*.h" "${root}/tests/*.cc")
+    "${root}/apps/*.cc" "${root}/bench/*.h" "${root}/bench/*.cc" "${root}/tests/*.h"
+    "${root}/tests/*.cc")
   set(errors "")
   foreach(rel IN LISTS files)
     _replicator_file_layer("${rel}" mine)

@@ -1,4 +1,4 @@
-#include "apps/bench_rows.h"
+#include "bench/bench_rows.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -6,7 +6,7 @@
 #include "bench/median.h"
 #include "replicator/errors.h"
 
-namespace replicator::apps {
+namespace replicator::bench {
 
 std::map<std::string, double> print_bench_rows(const std::vector<BenchRow>& rows,
                                                const BenchPrint& how) {
@@ -55,4 +55,4 @@ void print_bench_ratios(const std::vector<std::pair<std::string, double>>& ratio
   }
 }
 
-}  // namespace replicator::apps
+}  // namespace replicator::bench

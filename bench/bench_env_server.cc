@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "apps/bench_rows.h"
 #include "apps/command.h"
 #include "apps/subprocess.h"
+#include "bench/bench_rows.h"
 #include "replicator/errors.h"
 #include "replicator/rl/env.h"
 #ifdef REPLICATOR_HAVE_GRPC
@@ -84,9 +84,9 @@ int run(const Flags& f) {
   std::mt19937 rng(0);
   steps_per_s(*remote, std::min(f.seconds, 1.0), rng);  // warm-up: the first steps, connections
 
-  std::vector<BenchRow> rows = {{"python in-process", "steps/s"},
-                                {"python in-process + reply", "steps/s"},
-                                {"env server via gRPC", "steps/s"}};
+  std::vector<bench::BenchRow> rows = {{"python in-process", "steps/s"},
+                                       {"python in-process + reply", "steps/s"},
+                                       {"env server via gRPC", "steps/s"}};
   for (int r = 0; r < f.repeats; ++r) {
     const nlohmann::ordered_json py =
         result_with(run_capture(in_process), "steps_per_s", in_process);
@@ -95,15 +95,15 @@ int run(const Flags& f) {
     rows[2].values.push_back(steps_per_s(*remote, f.seconds, rng));
     if (!f.json) std::fprintf(stderr, "  repeat %d/%d done\n", r + 1, f.repeats);
   }
-  const BenchPrint how{
+  const bench::BenchPrint how{
       .type = "env_server", .json = f.json, .extra = {{"env", f.env}, {"envs", f.envs}}};
   if (!f.json) std::printf("# %s, %d environments, random actions\n", f.env.c_str(), f.envs);
-  std::map<std::string, double> med = print_bench_rows(rows, how);
+  std::map<std::string, double> med = bench::print_bench_rows(rows, how);
   const double server_rate = med["env server via gRPC"];
   const double python_rate = med["python in-process"];
   // Per call of M steps: what the server path adds, in microseconds.
   const double added_us = 1e6 * f.envs * (1 / server_rate - 1 / python_rate);
-  print_bench_ratios(
+  bench::print_bench_ratios(
       {{"env server / python in-process", server_rate / python_rate},
        {"env server / python in-process + reply", server_rate / med["python in-process + reply"]},
        {"added per call of M steps, microseconds", added_us}},

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-namespace replicator::apps {
+namespace replicator::bench {
 
 struct BenchRow {
   std::string name;
@@ -37,4 +37,4 @@ std::map<std::string, double> print_bench_rows(const std::vector<BenchRow>& rows
 void print_bench_ratios(const std::vector<std::pair<std::string, double>>& ratios,
                         const BenchPrint& how);
 
-}  // namespace replicator::apps
+}  // namespace replicator::bench

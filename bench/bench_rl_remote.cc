@@ -20,9 +20,9 @@
 #include <thread>
 #include <vector>
 
-#include "apps/bench_rows.h"
 #include "apps/command.h"
 #include "apps/subprocess.h"
+#include "bench/bench_rows.h"
 #include "replicator/errors.h"
 #include "replicator/rl/env.h"
 #include "replicator/rl/trajectory_queue.h"
@@ -151,7 +151,7 @@ int run(const Flags& f) {
   const std::string job = quote(exe) +
                           " train impala --env cartpole --no-progress --json --frames " +
                           std::to_string(f.frames) + " --report-every 100";
-  std::vector<BenchRow> rows;
+  std::vector<bench::BenchRow> rows;
   const std::vector<std::string> envs = {"cartpole", "breakout"};
   std::map<std::string, rl::Unroll> unrolls;
   for (const std::string& env : envs) {
@@ -191,8 +191,8 @@ int run(const Flags& f) {
     }
     if (!f.json) std::fprintf(stderr, "  repeat %d/%d done\n", r + 1, f.repeats);
   }
-  const BenchPrint how{.type = "rl_remote", .json = f.json};
-  std::map<std::string, double> med = print_bench_rows(rows, how);
+  const bench::BenchPrint how{.type = "rl_remote", .json = f.json};
+  std::map<std::string, double> med = bench::print_bench_rows(rows, how);
   // What the learner of the threads' job took per second, in unrolls: the service's
   // capacity over it says whether the service can be the bottleneck.
   const double needed = med["job R=1, 2 actor threads"] / kUnroll;
@@ -205,7 +205,7 @@ int run(const Flags& f) {
        med["gRPC loopback 2 streams, cartpole"] / needed},
       {"job: actor processes / actor threads",
        med["job R=1, 2 actor processes"] / med["job R=1, 2 actor threads"]}};
-  print_bench_ratios(ratios, how);
+  bench::print_bench_ratios(ratios, how);
   return 0;
 #endif
 }

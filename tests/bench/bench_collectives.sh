@@ -2,7 +2,7 @@
 # `replicator bench collectives` on the local engine, small sizes, --check: every row checked
 # ok, all_reduce held against the memory's update bandwidth and the others against copy, the
 # memory line with both, and no row of these in-cache sizes flagged as faster than memory.
-#   bench_collectives.sh BUILD_DIR
+#   tests/bench/bench_collectives.sh BUILD_DIR
 set -euo pipefail
 build="${1:?build dir}"
 out="$(REPLICATOR_LOCAL_REPLICAS=2 timeout 120 "$build/replicator" bench collectives \

@@ -30,11 +30,11 @@
 #include <thread>
 #include <vector>
 
-#include "apps/bench_rows.h"
 #include "apps/blas.h"
 #include "apps/command.h"
 #include "apps/memory.h"
 #include "apps/subprocess.h"
+#include "bench/bench_rows.h"
 #include "bench/env_speed.h"
 #include "replicator/errors.h"
 #include "replicator/replicator.h"
@@ -193,7 +193,7 @@ int run_bench_rl(const BenchRlFlags& f) {
                  std::to_string(flags.frames)}};
   }
 
-  std::vector<BenchRow> rows;
+  std::vector<bench::BenchRow> rows;
   if (wants("env")) rows.push_back({"env cartpole M=64", "frames/s"});
   const auto learner_row = [](const LearnerCase& c, int R) {
     return "learner " + c.name + " R=" + std::to_string(R);
@@ -227,13 +227,13 @@ int run_bench_rl(const BenchRlFlags& f) {
     std::printf("# %s; memory %s (%s)\n", blas_description().c_str(), f.memory.c_str(),
                 active_allocator().c_str());
   }
-  const BenchPrint how{
+  const bench::BenchPrint how{
       .type = "rl",
       .value_key = "frames_per_s",
       .json = flags.json,
       .extra = {
           {"blas", blas_description()}, {"memory", f.memory}, {"allocator", active_allocator()}}};
-  std::map<std::string, double> med = print_bench_rows(rows, how);
+  std::map<std::string, double> med = bench::print_bench_rows(rows, how);
   std::vector<std::pair<std::string, double>> ratios;
   if (wants("learner")) {
     for (const LearnerCase& c : learner_cases()) {
@@ -250,7 +250,7 @@ int run_bench_rl(const BenchRlFlags& f) {
                     med["job R=1, 2 actors"] / med["job sync (actors 0, R=1)"]},
                    {"job R=2 / R=1", med["job R=2, actor per free core"] / r1}});
   }
-  print_bench_ratios(ratios, how);
+  bench::print_bench_ratios(ratios, how);
   return 0;
 }
 
