@@ -36,11 +36,12 @@
 // over R replicas. Inputs are small integers, so sums and products are exact in every dtype
 // and order. A failure is counted over all processes; each process describes its own.
 //
-// Reporting (DESIGN.md "Reporting"): bytes is the per-replica buffer S (all_gather: the
-// whole output; reduce_scatter: the whole input; all_to_all and permute: the input);
-// count = bytes / element size; algbw = bytes / time; busbw = algbw times 2(R-1)/R for
-// all_reduce, (R-1)/R for all_gather, reduce_scatter and all_to_all, 1 for broadcast and
-// permute. traffic_bytes is what an in-process implementation of R replicas must at least
+// Reporting (DESIGN.md "Reporting"; each collective's factors are its Measures in the
+// collectives' table, src/collectives/table.cc): bytes is the per-replica buffer S
+// (all_gather: the whole output; reduce_scatter: the whole input; all_to_all and permute: the
+// input); count = bytes / element size; algbw = bytes / time; busbw = algbw times 2(R-1)/R for
+// all_reduce, (R-1)/R for all_gather, gather, reduce_scatter and all_to_all, 1 for broadcast
+// and permute. traffic_bytes is what an in-process implementation of R replicas must at least
 // read plus write, and mem_fraction = traffic_bytes / time / the memory's bandwidth for that
 // kind of traffic (meaningful when all processes share one machine): all_reduce updates each
 // replica's buffer in place, every line it writes was just read, and is held against the
@@ -84,6 +85,7 @@
 #include "src/collectives/across/across.h"
 #include "src/collectives/frames.h"
 #include "src/collectives/plan.h"
+#include "src/collectives/table.h"
 #include "src/engines/local/local_engine.h"
 #include "src/runtime/calibration.h"
 #include "src/runtime/host_policy.h"
@@ -97,62 +99,42 @@ using bench::median;
 using bench::PrefaultedBuffer;
 using Json = nlohmann::ordered_json;
 
-// The collectives this benchmark measures, and what it needs to know of each to size
-// buffers and report figures (nccl-tests' definitions). How each is called and checked is in
-// Bench::issue and Bench::check.
-enum class Kind : std::uint8_t {
-  kAllReduce,
-  kAllGather,
-  kGather,
-  kBroadcast,
-  kReduceScatter,
-  kAllToAll,
-  kPermute,
-  kBarrier,
-};
+// The collectives this benchmark measures are the entries of the collectives' table that have
+// Measures (src/collectives/table.h), in table order; what it needs to know of each to size
+// buffers and report figures (nccl-tests' definitions) comes from that entry. How each is
+// called and checked is in CollectiveBench::issue and CollectiveBench::check_call.
+using detail::OpKind;
 
-struct KindFacts {
-  Kind kind;
-  const char* name;
-  bool reduces;       // takes --op
-  bool blocked;       // the buffer is cut into R equal blocks
-  bool needs_output;  // uses the second region of the arena (an output apart from input)
-  // busbw = algbw · bus(R); and the bytes an in-process implementation must at least read
-  // plus write for S bytes: traffic(R) · S.
-  double (*bus)(double r);
-  double (*traffic)(double r);
-  // The memory kernel whose bandwidth that traffic runs at: kUpdate where every written
-  // line was read first (in place), kCopy where outputs are written fresh.
-  bench::MemoryKernel yardstick = bench::MemoryKernel::kCopy;
-};
+const detail::CollectiveDef& def_of(OpKind kind) { return detail::definition(kind); }
+const detail::Measures& measures_of(OpKind kind) { return *def_of(kind).measures; }
 
-constexpr KindFacts kFacts[] = {
-    {Kind::kAllReduce, "all_reduce", true, false, false, [](double r) { return 2 * (r - 1) / r; },
-     [](double r) { return 2 * r; }, bench::MemoryKernel::kUpdate},
-    {Kind::kAllGather, "all_gather", false, true, true, [](double r) { return (r - 1) / r; },
-     [](double r) { return 2 * r; }},
-    {Kind::kGather, "gather", false, true, true, [](double r) { return (r - 1) / r; },
-     [](double) { return 2.0; }},
-    {Kind::kBroadcast, "broadcast", false, false, false, [](double) { return 1.0; },
-     [](double r) { return 2 * (r - 1); }},
-    {Kind::kReduceScatter, "reduce_scatter", true, true, true, [](double r) { return (r - 1) / r; },
-     [](double r) { return r + 1; }},
-    {Kind::kAllToAll, "all_to_all", false, true, true, [](double r) { return (r - 1) / r; },
-     [](double r) { return 2 * r; }},
-    {Kind::kPermute, "permute", false, false, true, [](double) { return 1.0; },
-     [](double r) { return 2 * r; }},
-    {Kind::kBarrier, "barrier", false, false, false, [](double) { return 0.0; },
-     [](double) { return 0.0; }},
-};
+std::vector<OpKind> measured_kinds() {
+  std::vector<OpKind> kinds;
+  for (std::uint8_t k = 0; k < static_cast<std::uint8_t>(OpKind::kCount); ++k) {
+    if (detail::definition(k).measures != nullptr) kinds.push_back(static_cast<OpKind>(k));
+  }
+  return kinds;
+}
 
-const KindFacts& facts(Kind kind) { return kFacts[static_cast<std::size_t>(kind)]; }
-const char* name_of(Kind kind) { return facts(kind).name; }
-bool reduces(Kind kind) { return facts(kind).reduces; }
-bool blocked(Kind kind) { return facts(kind).blocked; }
-bool needs_output(Kind kind) { return facts(kind).needs_output; }
-double bus_factor(Kind kind, int r) { return facts(kind).bus(r); }
-double traffic_bytes(Kind kind, int r, double bytes) { return facts(kind).traffic(r) * bytes; }
-bench::MemoryKernel yardstick_of(Kind kind) { return facts(kind).yardstick; }
+std::string name_of(OpKind kind) { return std::string(def_of(kind).traits.name); }
+// Takes --op: the entries whose calls carry a reduce op show it in their descriptions.
+bool reduces(OpKind kind) { return def_of(kind).traits.shows_op; }
+bool blocked(OpKind kind) { return measures_of(kind).blocked; }
+// Moves data (a barrier does not): it has an algorithm in one process.
+bool moves_data(OpKind kind) { return def_of(kind).in_process != nullptr; }
+// Uses the second region of the arena: an output apart from its input.
+bool needs_output(OpKind kind) { return moves_data(kind) && !def_of(kind).in_place; }
+double bus_factor(OpKind kind, int r) { return measures_of(kind).bus_factor(r); }
+double traffic_bytes(OpKind kind, int r, double bytes) {
+  return measures_of(kind).traffic(r) * bytes;
+}
+// The memory kernel whose bandwidth that traffic runs at: kUpdate where every written line was
+// read first (in place), kCopy where outputs are written fresh.
+bench::MemoryKernel yardstick_of(OpKind kind) {
+  return measures_of(kind).updates ? bench::MemoryKernel::kUpdate : bench::MemoryKernel::kCopy;
+}
+// The engine's own version of the collective, timed beside ours (all_reduce), or null.
+auto native_version(OpKind kind) { return measures_of(kind).native_f32_sum; }
 const char* to_string(bench::MemoryKernel kernel) {
   return kernel == bench::MemoryKernel::kCopy ? "copy" : "update";
 }
@@ -305,17 +287,20 @@ struct Settings {
   int local_replicas = 2;        // L
   int replicas = 2;              // R = P x L
   int rank = 0;                  // this process; only process 0 prints
-  // Measure the engine's own all-reduce beside ours (mpi or gloo, f32 sum).
+  // Measure the engine's own version beside ours (mpi or gloo, f32 sum; all_reduce).
   detail::NativeCollectives* native = nullptr;
   std::vector<std::uint64_t> sizes;
+  std::uint64_t max_bytes = 0;  // --max-bytes: the arenas' regions hold this much
   std::optional<int> iters;
   int warmup = 5;
   int repeats = 5;
   DType dtype = DType::kF32;
   ReduceOp op = ReduceOp::kSum;
-  std::vector<Kind> kinds;
+  std::vector<OpKind> kinds;
   bool check = false;
   bool json = false;
+  std::uint64_t copy_bytes = 0;        // the memory bandwidths' array size
+  int copy_threads = 0;                // and their threads
   double copy_gbps = 0;                // median pass
   double copy_best_gbps = 0;           // best pass
   double update_gbps = 0;              // median pass
@@ -329,7 +314,7 @@ struct Settings {
 };
 
 struct Row {
-  Kind kind = Kind::kBarrier;
+  OpKind kind = OpKind::kBarrier;
   std::uint64_t bytes = 0;
   std::uint64_t count = 0;
   int iters = 0;
@@ -362,7 +347,7 @@ void print_header(const Settings& s) {
 }
 
 // The memory's bandwidth for `kind`'s traffic, GB/s.
-double yardstick_gbps(const Settings& s, Kind kind) {
+double yardstick_gbps(const Settings& s, OpKind kind) {
   return yardstick_of(kind) == bench::MemoryKernel::kUpdate ? s.update_gbps : s.copy_gbps;
 }
 
@@ -431,8 +416,8 @@ void print_row(const Settings& s, const Row& row) {
     std::printf("%s\n", j.dump().c_str());
   } else {
     if (s.across_processes()) std::printf(" %11s", engine.c_str());
-    std::printf(" %15s %12llu %12llu %6d %12.2f %11.3f %11.3f %11.3f%s%s%s", name_of(row.kind),
-                static_cast<unsigned long long>(row.bytes),
+    std::printf(" %15s %12llu %12llu %6d %12.2f %11.3f %11.3f %11.3f%s%s%s",
+                name_of(row.kind).c_str(), static_cast<unsigned long long>(row.bytes),
                 static_cast<unsigned long long>(row.count), row.iters, row.seconds * 1e6, algbw,
                 busbw, mem_fraction, impossible ? "!" : " ", s.check ? "  " : "",
                 s.check ? check : "");
@@ -449,13 +434,12 @@ void print_row(const Settings& s, const Row& row) {
 }
 
 // The table's lines on the memory's two bandwidths (the yardsticks of mem_fraction).
-void print_memory_bandwidth(const Settings& s, int threads, std::uint64_t bytes,
-                            const char* where) {
-  const std::string arrays = human_bytes(static_cast<double>(bytes));
+void print_memory_bandwidth(const Settings& s, const char* where) {
+  const std::string arrays = human_bytes(static_cast<double>(s.copy_bytes));
   std::printf(
       "# memory copy bandwidth: %.2f GB/s median, %.2f best (STREAM copy a = b, %d threads, 2 x "
       "%s arrays, read + written, 7 passes%s): the yardstick of every collective but all_reduce\n",
-      s.copy_gbps, s.copy_best_gbps, threads, arrays.c_str(), where);
+      s.copy_gbps, s.copy_best_gbps, s.copy_threads, arrays.c_str(), where);
   std::printf(
       "# memory update bandwidth: %.2f GB/s median, %.2f best (a = b = a + b, the same arrays "
       "and threads): all_reduce's, which writes back the lines it read\n",
@@ -509,8 +493,8 @@ class CollectiveBench {
   bool run_all() {
     settle();
     bool ok = true;
-    for (const Kind kind : s_.kinds) {
-      if (kind == Kind::kBarrier) {
+    for (const OpKind kind : s_.kinds) {
+      if (!moves_data(kind)) {
         ok = measure(kind, 0) && ok;
         continue;
       }
@@ -530,39 +514,42 @@ class CollectiveBench {
     return reinterpret_cast<T*>(arenas_[ctx].data() + s_.output_offset);
   }
 
-  void issue(ReplicaContext& ctx, Kind kind, T* a, T* b, std::size_t count) {
+  void issue(ReplicaContext& ctx, OpKind kind, T* a, T* b, std::size_t count) {
     const std::size_t block = count / static_cast<std::size_t>(s_.replicas);
     switch (kind) {
-      case Kind::kAllReduce:
+      case OpKind::kAllReduce:
         ctx.all_reduce(std::span<T>(a, count), {.op = s_.op});
         break;
-      case Kind::kAllGather:
+      case OpKind::kAllGather:
         ctx.all_gather(std::span<T>(a, block), std::span<T>(b, count));
         break;
-      case Kind::kGather:
+      case OpKind::kGather:
         ctx.gather(std::span<T>(a, block), std::span<T>(b, ctx.replica_id() == 0 ? count : 0));
         break;
-      case Kind::kBroadcast:
+      case OpKind::kBroadcast:
         ctx.broadcast(std::span<T>(a, count), {.root = 0});
         break;
-      case Kind::kReduceScatter:
+      case OpKind::kReduceScatter:
         ctx.reduce_scatter(std::span<T>(a, count), std::span<T>(b, block), {.op = s_.op});
         break;
-      case Kind::kAllToAll:
+      case OpKind::kAllToAll:
         ctx.all_to_all(std::span<T>(a, count), std::span<T>(b, count));
         break;
-      case Kind::kPermute:
+      case OpKind::kPermute:
         ctx.permute(std::span<T>(a, count), std::span<T>(b, count),
                     std::span<const PermutePair>(ring_));
         break;
-      case Kind::kBarrier:
+      case OpKind::kBarrier:
         ctx.barrier();
         break;
+      case OpKind::kEndStep:  // not in measured_kinds(): no program calls it
+      case OpKind::kCount:
+        throw InvalidArgument("bench collectives: " + name_of(kind) + " cannot be issued");
     }
   }
 
   // One measurement: per-call seconds, the max over replicas.
-  double timed_run(Kind kind, std::size_t count, int warmup, int iters) {
+  double timed_run(OpKind kind, std::size_t count, int warmup, int iters) {
     auto per_call = repl_.run([&](ReplicaContext& ctx) {
       T* a = region_a(ctx);
       T* b = region_b(ctx);
@@ -591,7 +578,7 @@ class CollectiveBench {
     constexpr double kBatch = 0.005;
     constexpr double kQuiet = 0.1;
     constexpr double kLimit = 2.0;
-    const double one = timed_run(Kind::kBarrier, 0, 1, 1);
+    const double one = timed_run(OpKind::kBarrier, 0, 1, 1);
     double first = 0;
     double best = one;
     double spent = one;
@@ -599,7 +586,7 @@ class CollectiveBench {
     int batches = 0;
     while (spent < kLimit && (batches < 5 || since_best < kQuiet)) {
       const int calls = std::clamp(static_cast<int>(kBatch / best), 1, 100000);
-      const double t = timed_run(Kind::kBarrier, 0, 0, calls);
+      const double t = timed_run(OpKind::kBarrier, 0, 0, calls);
       if (batches++ == 0) first = t;
       spent += t * calls;
       since_best += t * calls;
@@ -616,41 +603,43 @@ class CollectiveBench {
 
   // Enough calls for a measurement of about 0.1 s, at least 5 and at most 1000: one call,
   // then a run of about 20 ms; noise only lengthens times, so the smaller estimate is used.
-  int choose_iters(Kind kind, std::size_t count) {
+  int choose_iters(OpKind kind, std::size_t count) {
     const double first = timed_run(kind, count, 1, 1);
     const int calls = std::clamp(static_cast<int>(0.02 / first), 1, 1000);
     const double t = std::min(first, timed_run(kind, count, 1, calls));
     return std::clamp(static_cast<int>(std::ceil(0.1 / t)), 5, 1000);
   }
 
-  bool measure(Kind kind, std::uint64_t count) {
+  bool measure(OpKind kind, std::uint64_t count) {
     Row row;
     row.kind = kind;
     row.bytes = count * sizeof(T);
     row.count = count;
     row.iters = s_.iters ? *s_.iters : choose_iters(kind, count);
     const bool with_native =
-        kind == Kind::kAllReduce && s_.native != nullptr && std::is_same_v<T, float>;
+        native_version(kind) != nullptr && s_.native != nullptr && std::is_same_v<T, float>;
     std::vector<double> times;
     std::vector<double> native_times;
     for (int rep = 0; rep < s_.repeats; ++rep) {
       // Odd repeats run the native one first, so that what the first of a pair meets (or
       // leaves to the second) falls on both alike.
       const bool native_first = with_native && rep % 2 == 1;
-      if (native_first) native_times.push_back(native_run(count, row.iters));
+      if (native_first) native_times.push_back(native_run(kind, count, row.iters));
       times.push_back(timed_run(kind, count, s_.warmup, row.iters));
-      if (with_native && !native_first) native_times.push_back(native_run(count, row.iters));
+      if (with_native && !native_first) {
+        native_times.push_back(native_run(kind, count, row.iters));
+      }
       const double left = times.back() * (s_.warmup + row.iters) * (s_.repeats - rep - 1);
       if (rep == 0 && left > 2.0 && s_.prints()) {
         std::fprintf(stderr, "[bench] %s %s: %d iterations x %d repeats, about %.0f s more\n",
-                     name_of(kind), human_bytes(static_cast<double>(row.bytes)).c_str(), row.iters,
-                     s_.repeats, left);
+                     name_of(kind).c_str(), human_bytes(static_cast<double>(row.bytes)).c_str(),
+                     row.iters, s_.repeats, left);
       }
     }
     row.seconds = median(times);
     row.min_seconds = *std::min_element(times.begin(), times.end());
     row.max_seconds = *std::max_element(times.begin(), times.end());
-    if (s_.check && kind != Kind::kBarrier) {
+    if (s_.check && moves_data(kind)) {
       const auto [result, wrong_everywhere] = check(kind, count, row.iters);
       row.check_ok = wrong_everywhere == 0;
       if (result.wrong) {  // each process describes its own failures
@@ -663,9 +652,9 @@ class CollectiveBench {
         std::fprintf(stderr,
                      "check FAILED: %s (%s) of %llu bytes on %d replicas%s: %llu wrong elements; "
                      "first: %s\n",
-                     name_of(kind), what.c_str(), static_cast<unsigned long long>(row.bytes),
-                     s_.replicas, where.c_str(), static_cast<unsigned long long>(result.wrong),
-                     result.first.c_str());
+                     name_of(kind).c_str(), what.c_str(),
+                     static_cast<unsigned long long>(row.bytes), s_.replicas, where.c_str(),
+                     static_cast<unsigned long long>(result.wrong), result.first.c_str());
       }
     }
     print_row(s_, row);
@@ -673,17 +662,18 @@ class CollectiveBench {
     return row.check_ok.value_or(true);
   }
 
-  // One repeat of the engine's own all-reduce of `count` floats (in place, sum) on the main
-  // thread of each process: ours' warmup, a barrier, `iters` timed calls. Per call, this
-  // process's time.
-  double native_run(std::size_t count, int iters) {
+  // One repeat of the engine's own version of `kind` (the table's native_f32_sum: in place,
+  // f32 sum) of `count` floats on the main thread of each process: ours' warmup, a barrier (a
+  // one-element native all-reduce), `iters` timed calls. Per call, this process's time.
+  double native_run(OpKind kind, std::size_t count, int iters) {
     detail::NativeCollectives& transport = *s_.native;
+    const auto native = native_version(kind);
     auto* data = reinterpret_cast<float*>(arenas_[0].data());  // replica 0's, pre-faulted
     float token = 0;
-    for (int i = 0; i < s_.warmup; ++i) transport.native_all_reduce_f32(data, count);
+    for (int i = 0; i < s_.warmup; ++i) native(transport, data, count);
     transport.native_all_reduce_f32(&token, 1);  // the barrier
     const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) transport.native_all_reduce_f32(data, count);
+    for (int i = 0; i < iters; ++i) native(transport, data, count);
     const auto stop = std::chrono::steady_clock::now();
     return std::max(std::chrono::duration<double>(stop - start).count() / iters, 1e-9);
   }
@@ -697,7 +687,7 @@ class CollectiveBench {
       if (ctx.local_replica_id() == 0) slowest = std::move(mine);
     });
     Row row;
-    row.kind = Kind::kAllReduce;
+    row.kind = ours.kind;
     row.native = true;
     row.bytes = ours.bytes;
     row.count = ours.count;
@@ -734,81 +724,90 @@ class CollectiveBench {
     return expected;
   }
 
+  // One checked call of `kind` by this replica at iteration `it`: fresh inputs (and poisoned
+  // outputs), the call, every element of the output against its closed form.
+  void check_call(ReplicaContext& ctx, OpKind kind, std::size_t count, int it,
+                  CheckResult& result) {
+    const int n = s_.replicas;
+    const int r = ctx.replica_id();
+    const std::size_t block = count / static_cast<std::size_t>(n);
+    const std::size_t mine = shift_of(r, it);
+    T* a = region_a(ctx);
+    T* b = region_b(ctx);
+    switch (kind) {
+      case OpKind::kAllReduce: {
+        fill_periodic(a, count, reduce_in_, mine);
+        issue(ctx, kind, a, b, count);
+        verify_periodic(a, count, expected_reduction(it), 0, 0, r, it, result);
+        break;
+      }
+      case OpKind::kReduceScatter: {
+        fill_periodic(a, count, reduce_in_, mine);
+        std::fill(b, b + block, poison_);
+        issue(ctx, kind, a, b, count);
+        verify_periodic(b, block, expected_reduction(it), static_cast<std::size_t>(r) * block, 0, r,
+                        it, result);
+        break;
+      }
+      case OpKind::kAllGather: {
+        fill_periodic(a, block, data_, mine);
+        std::fill(b, b + count, poison_);
+        issue(ctx, kind, a, b, count);
+        for (int j = 0; j < n; ++j) {
+          const std::size_t at = static_cast<std::size_t>(j) * block;
+          verify_periodic(b + at, block, data_, shift_of(j, it), at, r, it, result);
+        }
+        break;
+      }
+      case OpKind::kGather: {
+        fill_periodic(a, block, data_, mine);
+        std::fill(b, b + count, poison_);
+        issue(ctx, kind, a, b, count);
+        for (int j = 0; r == 0 && j < n; ++j) {
+          const std::size_t at = static_cast<std::size_t>(j) * block;
+          verify_periodic(b + at, block, data_, shift_of(j, it), at, r, it, result);
+        }
+        break;
+      }
+      case OpKind::kBroadcast: {
+        fill_periodic(a, count, data_, mine);
+        issue(ctx, kind, a, b, count);
+        verify_periodic(a, count, data_, shift_of(0, it), 0, r, it, result);
+        break;
+      }
+      case OpKind::kAllToAll: {
+        fill_periodic(a, count, data_, mine);
+        std::fill(b, b + count, poison_);
+        issue(ctx, kind, a, b, count);
+        for (int j = 0; j < n; ++j) {
+          const std::size_t at = static_cast<std::size_t>(j) * block;
+          const std::size_t from = static_cast<std::size_t>(r) * block % kPeriod;
+          verify_periodic(b + at, block, data_, shift_of(j, it) + from, at, r, it, result);
+        }
+        break;
+      }
+      case OpKind::kPermute: {
+        fill_periodic(a, count, data_, mine);
+        std::fill(b, b + count, poison_);
+        issue(ctx, kind, a, b, count);
+        verify_periodic(b, count, data_, shift_of((r + n - 1) % n, it), 0, r, it, result);
+        break;
+      }
+      case OpKind::kBarrier:
+      case OpKind::kEndStep:
+      case OpKind::kCount:
+        break;  // nothing to check
+    }
+  }
+
   // Untimed: `iters` calls, each with fresh inputs, each output checked in full. Returns
   // this process's failures and the number of wrong elements over all processes.
-  std::pair<CheckResult, std::uint64_t> check(Kind kind, std::size_t count, int iters) {
-    const int n = s_.replicas;
-    const std::size_t block = count / static_cast<std::size_t>(n);
+  std::pair<CheckResult, std::uint64_t> check(OpKind kind, std::size_t count, int iters) {
     auto results = repl_.run([&](ReplicaContext& ctx) {
-      const int r = ctx.replica_id();
       T* a = region_a(ctx);
       T* b = region_b(ctx);
       CheckResult result;
-      for (int it = 0; it < iters; ++it) {
-        const std::size_t mine = shift_of(r, it);
-        switch (kind) {
-          case Kind::kAllReduce: {
-            fill_periodic(a, count, reduce_in_, mine);
-            issue(ctx, kind, a, b, count);
-            verify_periodic(a, count, expected_reduction(it), 0, 0, r, it, result);
-            break;
-          }
-          case Kind::kReduceScatter: {
-            fill_periodic(a, count, reduce_in_, mine);
-            std::fill(b, b + block, poison_);
-            issue(ctx, kind, a, b, count);
-            verify_periodic(b, block, expected_reduction(it), static_cast<std::size_t>(r) * block,
-                            0, r, it, result);
-            break;
-          }
-          case Kind::kAllGather: {
-            fill_periodic(a, block, data_, mine);
-            std::fill(b, b + count, poison_);
-            issue(ctx, kind, a, b, count);
-            for (int j = 0; j < n; ++j) {
-              const std::size_t at = static_cast<std::size_t>(j) * block;
-              verify_periodic(b + at, block, data_, shift_of(j, it), at, r, it, result);
-            }
-            break;
-          }
-          case Kind::kGather: {
-            fill_periodic(a, block, data_, mine);
-            std::fill(b, b + count, poison_);
-            issue(ctx, kind, a, b, count);
-            for (int j = 0; r == 0 && j < n; ++j) {
-              const std::size_t at = static_cast<std::size_t>(j) * block;
-              verify_periodic(b + at, block, data_, shift_of(j, it), at, r, it, result);
-            }
-            break;
-          }
-          case Kind::kBroadcast: {
-            fill_periodic(a, count, data_, mine);
-            issue(ctx, kind, a, b, count);
-            verify_periodic(a, count, data_, shift_of(0, it), 0, r, it, result);
-            break;
-          }
-          case Kind::kAllToAll: {
-            fill_periodic(a, count, data_, mine);
-            std::fill(b, b + count, poison_);
-            issue(ctx, kind, a, b, count);
-            for (int j = 0; j < n; ++j) {
-              const std::size_t at = static_cast<std::size_t>(j) * block;
-              const std::size_t from = static_cast<std::size_t>(r) * block % kPeriod;
-              verify_periodic(b + at, block, data_, shift_of(j, it) + from, at, r, it, result);
-            }
-            break;
-          }
-          case Kind::kPermute: {
-            fill_periodic(a, count, data_, mine);
-            std::fill(b, b + count, poison_);
-            issue(ctx, kind, a, b, count);
-            verify_periodic(b, count, data_, shift_of((r + n - 1) % n, it), 0, r, it, result);
-            break;
-          }
-          case Kind::kBarrier:
-            break;
-        }
-      }
+      for (int it = 0; it < iters; ++it) check_call(ctx, kind, count, it, result);
       // Back to zeros, so later timed runs see the same data as the first ones.
       std::fill(a, a + count, T{});
       if (needs_output(kind)) std::fill(b, b + count, T{});
@@ -881,12 +880,122 @@ ReduceOp parse_op(const std::string& name) {
 // The copy bandwidth, measured by process 0 while the others wait in a barrier (their
 // replicas nap in the transport), so that the processes do not share the memory bus.
 bench::CopyBandwidth measure_copy_bandwidth(Replicator& repl, const Settings& s,
-                                            bench::MemoryKernel kernel, int threads,
-                                            std::uint64_t copy_bytes) {
+                                            bench::MemoryKernel kernel) {
   bench::CopyBandwidth measured;
-  if (s.rank == 0) measured = bench::memory_bandwidth(kernel, threads, copy_bytes);
+  if (s.rank == 0) measured = bench::memory_bandwidth(kernel, s.copy_threads, s.copy_bytes);
   repl.run([](ReplicaContext& ctx) { ctx.barrier(); });
   return measured;
+}
+
+// The --plan table's "#" lines: the job, its frames, caches and calibration, the columns.
+void print_plan_header(const Settings& s, const detail::HostPolicy& policy,
+                       const std::optional<detail::ProcessLayout>& layout,
+                       const detail::CacheFacts& cache, const detail::Calibration& calibration) {
+  std::printf("# all_reduce plan: engine %s, %d processes x %d local replicas, %s %s%s\n",
+              s.engine.c_str(), s.processes, s.local_replicas,
+              std::string(to_string(s.dtype)).c_str(), std::string(to_string(s.op)).c_str(),
+              policy.oversubscribed ? ", oversubscribed (more replica threads than cores)" : "");
+  if (layout) {
+    std::printf("# frames: %zu bytes of partials ride in a frame; engine's own all-reduce: %s\n",
+                detail::frame_payload(layout->traits), layout->native ? "yes" : "no");
+    std::printf(
+        "# caches (sysfs): level 2 %zu KiB; last level %zu KiB shared by %d, %zu KiB "
+        "a thread (results stream past it from an owner part that large)\n",
+        cache.level2_bytes >> 10, cache.last_level_bytes >> 10, cache.last_level_sharers,
+        cache.last_level_share() >> 10);
+    const detail::TransportCosts& c = calibration.costs;
+    if (c.exchange_known()) {
+      std::printf("# calibration (%s%s), us at", calibration.measured ? "measured now" : "kept",
+                  calibration.path.empty() ? "" : (", " + calibration.path).c_str());
+      for (const std::size_t bytes : detail::kCostBytes) std::printf(" %zu", bytes);
+      std::printf(" bytes:\n#   exchange between every pair:");
+      for (const double t : c.exchange_s) std::printf(" %.2f", t * 1e6);
+      std::printf("\n#   the same in the pipelined plan's steps:");
+      for (const double t : c.stepped_s) std::printf(" %.2f", t * 1e6);
+      std::printf("\n#   engine's own all-reduce:");
+      for (const double t : c.native_s) std::printf(" %.2f", t * 1e6);
+      std::printf("\n#   reduction of two inputs:");
+      for (const double t : c.reduce_s) std::printf(" %.2f", t * 1e6);
+      std::printf("\n# est_* columns: the chooser's estimates\n");
+    } else {
+      std::printf("# calibration: none (%s); the chooser's fixed limits\n",
+                  detail::needs_calibration(*layout) ? "--calibration off"
+                                                     : "no choice in this job depends on it");
+    }
+  }
+  std::printf("%12s  %-8s  %-13s  %12s  %14s  %12s  %13s  %12s\n", "bytes", "local", "across",
+              "step_bytes", "streamed_from", "est_gathered", "est_pipelined", "est_native");
+}
+
+// The --plan row of an all_reduce of `bytes`: in one process (no layout) the local path;
+// across processes the algorithm, its step, where results stream, the chooser's estimates.
+void print_plan_row(const Settings& s, const std::optional<detail::ProcessLayout>& layout,
+                    const detail::MachineFacts& facts, std::uint64_t bytes) {
+  const std::uint64_t count = bytes / dtype_size(s.dtype);
+  Json j;
+  j["type"] = "plan";
+  j["collective"] = "all_reduce";
+  j["bytes"] = bytes;
+  std::string local = "-";
+  if (!layout) {
+    local = detail::choose_local_path(bytes, detail::LocalEngine::kStagingBytes, facts) ==
+                    detail::Path::kStaged
+                ? "staged"
+                : "direct";
+    j["local_path"] = local;
+  }
+  std::string across = "-";
+  std::string step = "-";
+  std::string streamed = "-";
+  std::string est_gathered = "-";
+  std::string est_pipelined = "-";
+  std::string est_native = "-";
+  if (layout) {
+    const auto [lo, hi] = detail::slice_of(count, 0, s.local_replicas);
+    const auto P = static_cast<std::uint64_t>(layout->processes);
+    const std::size_t partial = detail::partial_size(s.dtype, s.op);
+    const detail::LaneShape shape{.dtype = s.dtype,
+                                  .op = s.op,
+                                  .row_bytes = (hi - lo) * partial,
+                                  .largest_part_bytes = (hi - lo + P - 1) / P * partial};
+    const detail::AllReducePlan plan = detail::plan_all_reduce(*layout, shape);
+    across = std::string(to_string(plan.algorithm));
+    j["across"] = across;
+    const detail::AllReduceShape modelled{.row_bytes = shape.row_bytes,
+                                          .max_subtrees = layout->max_subtrees,
+                                          .processes = layout->processes,
+                                          .largest_part_bytes = shape.largest_part_bytes,
+                                          .oversubscribed = layout->oversubscribed,
+                                          .costs = layout->costs};
+    const auto estimate = [&](double seconds, const char* name) {
+      if (seconds < 0) return std::string("-");
+      j[name] = seconds * 1e6;
+      char text[32];
+      std::snprintf(text, sizeof text, "%.2f us", seconds * 1e6);
+      return std::string(text);
+    };
+    est_gathered = estimate(detail::gathered_seconds(modelled), "est_gathered_us");
+    est_pipelined =
+        estimate(detail::pipelined_seconds(
+                     modelled, detail::pipelined_plan(modelled, layout->traits).step_bytes),
+                 "est_pipelined_us");
+    est_native = estimate(detail::native_seconds(modelled), "est_native_us");
+    if (plan.algorithm == detail::AllReduceAlgorithm::kPipelined) {
+      step = std::to_string(plan.step_bytes);
+      j["step_bytes"] = plan.step_bytes;
+      if (plan.stream_bytes != std::numeric_limits<std::size_t>::max()) {
+        streamed = std::to_string(plan.stream_bytes);
+        j["stream_bytes"] = plan.stream_bytes;
+      }
+    }
+  }
+  if (s.json) {
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%12llu  %-8s  %-13s  %12s  %14s  %12s  %13s  %12s\n",
+                static_cast<unsigned long long>(bytes), local.c_str(), across.c_str(), step.c_str(),
+                streamed.c_str(), est_gathered.c_str(), est_pipelined.c_str(), est_native.c_str());
+  }
 }
 
 // --plan: what the chooser picks for an all_reduce of each size in this job, from the same
@@ -909,116 +1018,14 @@ void print_all_reduce_plan(const Settings& s, const Config& config, detail::Tran
   const detail::CacheFacts cache = detail::read_cache_facts();
   if (layout) layout->cache_share_bytes = cache.last_level_share();
   if (!s.prints()) return;
-  const std::size_t element = dtype_size(s.dtype);
-  if (!s.json) {
-    std::printf("# all_reduce plan: engine %s, %d processes x %d local replicas, %s %s%s\n",
-                s.engine.c_str(), s.processes, s.local_replicas,
-                std::string(to_string(s.dtype)).c_str(), std::string(to_string(s.op)).c_str(),
-                policy.oversubscribed ? ", oversubscribed (more replica threads than cores)" : "");
-    if (layout) {
-      std::printf("# frames: %zu bytes of partials ride in a frame; engine's own all-reduce: %s\n",
-                  detail::frame_payload(layout->traits), layout->native ? "yes" : "no");
-      std::printf(
-          "# caches (sysfs): level 2 %zu KiB; last level %zu KiB shared by %d, %zu KiB "
-          "a thread (results stream past it from an owner part that large)\n",
-          cache.level2_bytes >> 10, cache.last_level_bytes >> 10, cache.last_level_sharers,
-          cache.last_level_share() >> 10);
-      const detail::TransportCosts& c = calibration.costs;
-      if (c.exchange_known()) {
-        std::printf("# calibration (%s%s), us at", calibration.measured ? "measured now" : "kept",
-                    calibration.path.empty() ? "" : (", " + calibration.path).c_str());
-        for (const std::size_t bytes : detail::kCostBytes) std::printf(" %zu", bytes);
-        std::printf(" bytes:\n#   exchange between every pair:");
-        for (const double t : c.exchange_s) std::printf(" %.2f", t * 1e6);
-        std::printf("\n#   the same in the pipelined plan's steps:");
-        for (const double t : c.stepped_s) std::printf(" %.2f", t * 1e6);
-        std::printf("\n#   engine's own all-reduce:");
-        for (const double t : c.native_s) std::printf(" %.2f", t * 1e6);
-        std::printf("\n#   reduction of two inputs:");
-        for (const double t : c.reduce_s) std::printf(" %.2f", t * 1e6);
-        std::printf("\n# est_* columns: the chooser's estimates\n");
-      } else {
-        std::printf("# calibration: none (%s); the chooser's fixed limits\n",
-                    detail::needs_calibration(*layout) ? "--calibration off"
-                                                       : "no choice in this job depends on it");
-      }
-    }
-    std::printf("%12s  %-8s  %-13s  %12s  %14s  %12s  %13s  %12s\n", "bytes", "local", "across",
-                "step_bytes", "streamed_from", "est_gathered", "est_pipelined", "est_native");
-  }
-  for (const std::uint64_t bytes : s.sizes) {
-    const std::uint64_t count = bytes / element;
-    Json j;
-    j["type"] = "plan";
-    j["collective"] = "all_reduce";
-    j["bytes"] = bytes;
-    std::string local = "-";
-    if (!layout) {
-      local = detail::choose_local_path(bytes, detail::LocalEngine::kStagingBytes, facts) ==
-                      detail::Path::kStaged
-                  ? "staged"
-                  : "direct";
-      j["local_path"] = local;
-    }
-    std::string across = "-";
-    std::string step = "-";
-    std::string streamed = "-";
-    std::string est_gathered = "-";
-    std::string est_pipelined = "-";
-    std::string est_native = "-";
-    if (layout) {
-      const auto [lo, hi] = detail::slice_of(count, 0, s.local_replicas);
-      const auto P = static_cast<std::uint64_t>(layout->processes);
-      const std::size_t partial = detail::partial_size(s.dtype, s.op);
-      const detail::LaneShape shape{.dtype = s.dtype,
-                                    .op = s.op,
-                                    .row_bytes = (hi - lo) * partial,
-                                    .largest_part_bytes = (hi - lo + P - 1) / P * partial};
-      const detail::AllReducePlan plan = detail::plan_all_reduce(*layout, shape);
-      across = std::string(to_string(plan.algorithm));
-      j["across"] = across;
-      const detail::AllReduceShape modelled{.row_bytes = shape.row_bytes,
-                                            .max_subtrees = layout->max_subtrees,
-                                            .processes = layout->processes,
-                                            .largest_part_bytes = shape.largest_part_bytes,
-                                            .oversubscribed = layout->oversubscribed,
-                                            .costs = layout->costs};
-      const auto estimate = [&](double seconds, const char* name) {
-        if (seconds < 0) return std::string("-");
-        j[name] = seconds * 1e6;
-        char text[32];
-        std::snprintf(text, sizeof text, "%.2f us", seconds * 1e6);
-        return std::string(text);
-      };
-      est_gathered = estimate(detail::gathered_seconds(modelled), "est_gathered_us");
-      est_pipelined =
-          estimate(detail::pipelined_seconds(
-                       modelled, detail::pipelined_plan(modelled, layout->traits).step_bytes),
-                   "est_pipelined_us");
-      est_native = estimate(detail::native_seconds(modelled), "est_native_us");
-      if (plan.algorithm == detail::AllReduceAlgorithm::kPipelined) {
-        step = std::to_string(plan.step_bytes);
-        j["step_bytes"] = plan.step_bytes;
-        if (plan.stream_bytes != std::numeric_limits<std::size_t>::max()) {
-          streamed = std::to_string(plan.stream_bytes);
-          j["stream_bytes"] = plan.stream_bytes;
-        }
-      }
-    }
-    if (s.json) {
-      std::printf("%s\n", j.dump().c_str());
-    } else {
-      std::printf("%12llu  %-8s  %-13s  %12s  %14s  %12s  %13s  %12s\n",
-                  static_cast<unsigned long long>(bytes), local.c_str(), across.c_str(),
-                  step.c_str(), streamed.c_str(), est_gathered.c_str(), est_pipelined.c_str(),
-                  est_native.c_str());
-    }
-  }
+  if (!s.json) print_plan_header(s, policy, layout, cache, calibration);
+  for (const std::uint64_t bytes : s.sizes) print_plan_row(s, layout, facts, bytes);
   std::fflush(stdout);
 }
 
-int run_bench_collectives(const Flags& f) {
-  Settings s;
+// What the flags say of the measurements (not of the job's layout), into `s`: dtype, op,
+// counts, sizes, the collectives; throws ConfigError for a bad value.
+void read_flags(const Flags& f, Settings& s) {
   s.dtype = parse_dtype(f.dtype);
   s.op = parse_op(f.op);
   s.warmup = f.warmup;
@@ -1027,75 +1034,68 @@ int run_bench_collectives(const Flags& f) {
   s.json = f.json;
   if (f.iters_option->count() > 0) s.iters = f.iters;
 
-  Config config = config_for_engine(f.engine, "bench collectives");
-  s.engine = std::string(to_string(config.engine));
-  // Local replicas: --replicas; without it, 2 on the local engine (as always), and across
-  // processes what the environment says (REPLICATOR_LOCAL_REPLICAS, or 1).
-  if (f.replicas_option->count() > 0 || !s.across_processes()) {
-    config.set("local-replicas", std::to_string(f.replicas));
-  }
-  if (!f.timeout.empty()) config.set("timeout", f.timeout);
-
   const std::uint64_t min_bytes = parse_bytes(f.min_bytes, "--min-bytes");
-  const std::uint64_t max_bytes = parse_bytes(f.max_bytes, "--max-bytes");
+  s.max_bytes = parse_bytes(f.max_bytes, "--max-bytes");
   // auto: arrays of at least 4x the last-level cache, as STREAM asks.
-  const std::uint64_t copy_bytes = f.copy_bytes == "auto"
-                                       ? bench::stream_array_bytes()
-                                       : parse_bytes(f.copy_bytes, "--copy-bytes");
+  s.copy_bytes = f.copy_bytes == "auto" ? bench::stream_array_bytes()
+                                        : parse_bytes(f.copy_bytes, "--copy-bytes");
   if (min_bytes < 1) throw ConfigError("--min-bytes must be at least 1, got " + f.min_bytes);
-  if (max_bytes < min_bytes) {
+  if (s.max_bytes < min_bytes) {
     throw ConfigError("--max-bytes (" + f.max_bytes + ") must not be below --min-bytes (" +
                       f.min_bytes + ")");
   }
-  if (max_bytes > (std::uint64_t{64} << 30)) {
+  if (s.max_bytes > (std::uint64_t{64} << 30)) {
     throw ConfigError("--max-bytes must be at most 64G, got " + f.max_bytes);
   }
-  if (copy_bytes < 4096) throw ConfigError("--copy-bytes must be at least 4K, got " + f.copy_bytes);
-  for (std::uint64_t b = min_bytes; b <= max_bytes;
+  if (s.copy_bytes < 4096) {
+    throw ConfigError("--copy-bytes must be at least 4K, got " + f.copy_bytes);
+  }
+  for (std::uint64_t b = min_bytes; b <= s.max_bytes;
        b *= static_cast<std::uint64_t>(f.step_factor)) {
     s.sizes.push_back(b);
   }
 
   std::vector<std::string> names = f.collectives;
   if (names.empty() || std::find(names.begin(), names.end(), "all") != names.end()) names.clear();
-  for (const KindFacts& k : kFacts) {
-    if (names.empty() || std::find(names.begin(), names.end(), k.name) != names.end()) {
-      s.kinds.push_back(k.kind);
+  for (const OpKind kind : measured_kinds()) {
+    if (names.empty() || std::find(names.begin(), names.end(), name_of(kind)) != names.end()) {
+      s.kinds.push_back(kind);
     }
   }
+}
 
-  if (f.plan) {
-    std::unique_ptr<detail::Transport> made;
-    s.local_replicas = s.replicas = config.local_replicas;
-    if (s.across_processes()) {
-      made = detail::make_transport(config);
-      s.processes = made->size();
-      s.rank = made->rank();
-      s.replicas = s.processes * s.local_replicas;
-    }
-    print_all_reduce_plan(s, config, made.get());
-    return 0;
+// --plan: the job's layout without a Replicator, then the chooser's picks.
+void plan_only(Settings& s, const Config& config) {
+  std::unique_ptr<detail::Transport> made;
+  s.local_replicas = s.replicas = config.local_replicas;
+  if (s.across_processes()) {
+    made = detail::make_transport(config);
+    s.processes = made->size();
+    s.rank = made->rank();
+    s.replicas = s.processes * s.local_replicas;
   }
+  print_all_reduce_plan(s, config, made.get());
+}
 
+// The job, and the memory's bandwidths (into `s`), measured with min(R, cores) threads: in
+// one process before the replica threads start; across processes by process 0 while the
+// others wait. Across processes the engine's transport is made here, so that its own
+// collectives can run beside ours; `transport` is then it (owned by the Replicator), else null.
+std::unique_ptr<Replicator> start_job(Settings& s, const Config& config,
+                                      detail::Transport*& transport) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   s.cache_bytes = bench::last_level_cache_bytes();
   std::unique_ptr<Replicator> repl;
-  detail::Transport* transport = nullptr;  // owned by repl
-  int copy_threads = 0;
+  bench::CopyBandwidth copy;
+  bench::CopyBandwidth update;
+  transport = nullptr;
   if (!s.across_processes()) {
     s.local_replicas = s.replicas = config.local_replicas;
-    // The machine's own bandwidth, measured first, with the replica threads not yet started.
-    copy_threads = std::min(s.replicas, cores);
-    const bench::CopyBandwidth copy = bench::copy_bandwidth(copy_threads, copy_bytes);
-    const bench::CopyBandwidth update =
-        bench::memory_bandwidth(bench::MemoryKernel::kUpdate, copy_threads, copy_bytes);
-    s.copy_gbps = copy.median_gbps;
-    s.copy_best_gbps = copy.best_gbps;
-    s.update_gbps = update.median_gbps;
-    s.update_best_gbps = update.best_gbps;
+    s.copy_threads = std::min(s.replicas, cores);
+    copy = bench::copy_bandwidth(s.copy_threads, s.copy_bytes);
+    update = bench::memory_bandwidth(bench::MemoryKernel::kUpdate, s.copy_threads, s.copy_bytes);
     repl = std::make_unique<Replicator>(config);
   } else {
-    // The engine's transport is made here, so that its own collectives can run beside ours.
     std::unique_ptr<detail::Transport> made = detail::make_transport(config);
     transport = made.get();
     repl = detail::make_replicator(config, std::move(made));
@@ -1103,17 +1103,20 @@ int run_bench_collectives(const Flags& f) {
     s.replicas = repl->num_replicas();
     s.processes = s.replicas / s.local_replicas;
     s.rank = transport != nullptr ? transport->rank() : 0;
-    copy_threads = std::min(s.replicas, cores);
-    const bench::CopyBandwidth copy =
-        measure_copy_bandwidth(*repl, s, bench::MemoryKernel::kCopy, copy_threads, copy_bytes);
-    const bench::CopyBandwidth update =
-        measure_copy_bandwidth(*repl, s, bench::MemoryKernel::kUpdate, copy_threads, copy_bytes);
-    s.copy_gbps = copy.median_gbps;
-    s.copy_best_gbps = copy.best_gbps;
-    s.update_gbps = update.median_gbps;
-    s.update_best_gbps = update.best_gbps;
+    s.copy_threads = std::min(s.replicas, cores);
+    copy = measure_copy_bandwidth(*repl, s, bench::MemoryKernel::kCopy);
+    update = measure_copy_bandwidth(*repl, s, bench::MemoryKernel::kUpdate);
   }
+  s.copy_gbps = copy.median_gbps;
+  s.copy_best_gbps = copy.best_gbps;
+  s.update_gbps = update.median_gbps;
+  s.update_best_gbps = update.best_gbps;
+  return repl;
+}
 
+// What the run is and the memory's bandwidths: the table's "#" lines, or the JSON "memory"
+// object. Process 0 only.
+void print_preamble(const Settings& s) {
   if (s.json) {
     if (s.prints()) {
       Json j;
@@ -1123,8 +1126,8 @@ int run_bench_collectives(const Flags& f) {
       j["local_replicas"] = s.local_replicas;
       j["replicas"] = s.replicas;
       j["kernel"] = "copy, update";
-      j["threads"] = copy_threads;
-      j["bytes_per_array"] = copy_bytes;
+      j["threads"] = s.copy_threads;
+      j["bytes_per_array"] = s.copy_bytes;
       j["copy_gbps"] = s.copy_gbps;
       j["copy_best_gbps"] = s.copy_best_gbps;
       j["update_gbps"] = s.update_gbps;
@@ -1139,7 +1142,7 @@ int run_bench_collectives(const Flags& f) {
         s.replicas, std::string(to_string(s.dtype)).c_str(), std::string(to_string(s.op)).c_str(),
         s.warmup, s.repeats,
         s.iters ? std::to_string(*s.iters).c_str() : "adaptive (~0.1 s, 5..1000)");
-    print_memory_bandwidth(s, copy_threads, copy_bytes, "");
+    print_memory_bandwidth(s, "");
   } else if (s.prints()) {
     std::printf(
         "# replicator bench collectives: engine %s, %d processes x %d local replicas = %d "
@@ -1148,42 +1151,47 @@ int run_bench_collectives(const Flags& f) {
         std::string(to_string(s.dtype)).c_str(), std::string(to_string(s.op)).c_str(), s.warmup,
         s.repeats, s.iters ? std::to_string(*s.iters).c_str() : "adaptive (~0.1 s, 5..1000)");
     std::printf("# time: per call, the max over all replicas of all processes\n");
-    print_memory_bandwidth(s, copy_threads, copy_bytes, "; process 0, the others waiting");
+    print_memory_bandwidth(s, "; process 0, the others waiting");
   }
   std::fflush(stdout);
+}
 
-  // The engine's own all-reduce beside ours: it only does f32 sums.
-  if (s.across_processes() &&
-      std::find(s.kinds.begin(), s.kinds.end(), Kind::kAllReduce) != s.kinds.end()) {
-    auto* native_collectives = dynamic_cast<detail::NativeCollectives*>(transport);
-    const std::string native = s.engine + "-native";
-    if (f.no_native) {
-      print_note(s, native + " all-reduce not measured (--no-native)");
-    } else if (s.dtype != DType::kF32 || s.op != ReduceOp::kSum) {
-      print_note(s, native + " all-reduce not measured: it only does f32 sums (this run: --dtype " +
-                        std::string(to_string(s.dtype)) + " --op " + std::string(to_string(s.op)) +
-                        ")");
-    } else if (native_collectives == nullptr || transport->size() < 2) {
-      print_note(s, native + " all-reduce not measured: this job has no transport");
-    } else {
-      s.native = native_collectives;
-      if (!s.json) {
-        print_note(s, native + " rows: the engine's own all-reduce (" +
-                          (s.engine == "mpi" ? std::string("MPI_Allreduce, MPI_IN_PLACE")
-                                             : std::string("gloo::allreduce")) +
-                          ", f32 sum) of the same buffer on one thread per process, outside any "
-                          "run; busbw with n = " +
-                          std::to_string(s.processes) + " processes");
-      }
+// Whether to time the engine's own version beside ours (s.native), for the selected
+// collectives that have one (the table's native_f32_sum: f32 sums only), with a note on why not.
+void choose_native(Settings& s, detail::Transport* transport, bool no_native) {
+  const bool wanted = std::any_of(s.kinds.begin(), s.kinds.end(),
+                                  [](OpKind kind) { return native_version(kind) != nullptr; });
+  if (!s.across_processes() || !wanted) return;
+  auto* native_collectives = dynamic_cast<detail::NativeCollectives*>(transport);
+  const std::string native = s.engine + "-native";
+  if (no_native) {
+    print_note(s, native + " all-reduce not measured (--no-native)");
+  } else if (s.dtype != DType::kF32 || s.op != ReduceOp::kSum) {
+    print_note(s, native + " all-reduce not measured: it only does f32 sums (this run: --dtype " +
+                      std::string(to_string(s.dtype)) + " --op " + std::string(to_string(s.op)) +
+                      ")");
+  } else if (native_collectives == nullptr || transport->size() < 2) {
+    print_note(s, native + " all-reduce not measured: this job has no transport");
+  } else {
+    s.native = native_collectives;
+    if (!s.json) {
+      print_note(s, native + " rows: the engine's own all-reduce (" +
+                        (s.engine == "mpi" ? std::string("MPI_Allreduce, MPI_IN_PLACE")
+                                           : std::string("gloo::allreduce")) +
+                        ", f32 sum) of the same buffer on one thread per process, outside any "
+                        "run; busbw with n = " +
+                        std::to_string(s.processes) + " processes");
     }
   }
+}
 
-  // One arena per replica for the whole run: region a (input, or in-place buffer) and,
-  // if a selected collective has a separate output, region b.
+// One arena per replica for the whole run: region a (input, or in-place buffer) and, if a
+// selected collective has a separate output, region b (from s.output_offset, set here).
+PerReplica<PrefaultedBuffer> make_arenas(Replicator& repl, Settings& s) {
   bool two_regions = false;
-  for (const Kind kind : s.kinds) two_regions = two_regions || needs_output(kind);
+  for (const OpKind kind : s.kinds) two_regions = two_regions || needs_output(kind);
   constexpr std::uint64_t kAlign = 4096;
-  s.output_offset = (max_bytes + kAlign - 1) / kAlign * kAlign;
+  s.output_offset = (s.max_bytes + kAlign - 1) / kAlign * kAlign;
   const std::uint64_t arena_bytes = two_regions ? 2 * s.output_offset : s.output_offset;
   const double total = static_cast<double>(arena_bytes) * s.local_replicas;
   if (total >= 1024.0 * 1024 * 1024 && s.prints()) {
@@ -1191,33 +1199,53 @@ int run_bench_collectives(const Flags& f) {
                  s.local_replicas, human_bytes(static_cast<double>(arena_bytes)).c_str(),
                  s.across_processes() ? " per process" : "");
   }
-  auto arenas = repl->per_replica([&] { return PrefaultedBuffer(arena_bytes); });
+  return repl.per_replica([&] { return PrefaultedBuffer(arena_bytes); });
+}
 
-  if (!s.json && s.prints()) print_header(s);
-  bool ok = true;
+// Every row, with the element type of s.dtype. Returns whether every check passed.
+bool run_rows(Replicator& repl, const Settings& s, PerReplica<PrefaultedBuffer>& arenas) {
   switch (s.dtype) {
     case DType::kF32:
-      ok = run_typed<float>(*repl, s, arenas);
-      break;
+      return run_typed<float>(repl, s, arenas);
     case DType::kF64:
-      ok = run_typed<double>(*repl, s, arenas);
-      break;
+      return run_typed<double>(repl, s, arenas);
     case DType::kBF16:
-      ok = run_typed<bfloat16>(*repl, s, arenas);
-      break;
+      return run_typed<bfloat16>(repl, s, arenas);
     case DType::kF16:
-      ok = run_typed<float16>(*repl, s, arenas);
-      break;
+      return run_typed<float16>(repl, s, arenas);
     case DType::kI32:
-      ok = run_typed<std::int32_t>(*repl, s, arenas);
-      break;
+      return run_typed<std::int32_t>(repl, s, arenas);
     case DType::kI64:
-      ok = run_typed<std::int64_t>(*repl, s, arenas);
-      break;
+      return run_typed<std::int64_t>(repl, s, arenas);
     case DType::kU8:
-      ok = run_typed<std::uint8_t>(*repl, s, arenas);
-      break;
+      return run_typed<std::uint8_t>(repl, s, arenas);
   }
+  return true;
+}
+
+int run_bench_collectives(const Flags& f) {
+  Settings s;
+  read_flags(f, s);
+  Config config = config_for_engine(f.engine, "bench collectives");
+  s.engine = std::string(to_string(config.engine));
+  // Local replicas: --replicas; without it, 2 on the local engine (as always), and across
+  // processes what the environment says (REPLICATOR_LOCAL_REPLICAS, or 1).
+  if (f.replicas_option->count() > 0 || !s.across_processes()) {
+    config.set("local-replicas", std::to_string(f.replicas));
+  }
+  if (!f.timeout.empty()) config.set("timeout", f.timeout);
+  if (f.plan) {
+    plan_only(s, config);
+    return 0;
+  }
+
+  detail::Transport* transport = nullptr;  // owned by repl
+  const std::unique_ptr<Replicator> repl = start_job(s, config, transport);
+  print_preamble(s);
+  choose_native(s, transport, f.no_native);
+  auto arenas = make_arenas(*repl, s);
+  if (!s.json && s.prints()) print_header(s);
+  const bool ok = run_rows(*repl, s, arenas);
   if (s.faster_than_memory > 0) {
     print_note(s, std::to_string(s.faster_than_memory) +
                       " row(s) flagged \"!\": buffers past the last-level cache moved faster "
@@ -1276,9 +1304,9 @@ Command add_bench_collectives(CLI::App& bench) {
       ->check(CLI::IsMember({"sum", "mean", "min", "max", "prod"}));
   std::vector<std::string> collectives = {"all"};
   std::string listed;
-  for (const KindFacts& k : kFacts) {
-    collectives.emplace_back(k.name);
-    listed += (listed.empty() ? "" : ", ") + std::string(k.name);
+  for (const OpKind kind : measured_kinds()) {
+    collectives.push_back(name_of(kind));
+    listed += (listed.empty() ? "" : ", ") + name_of(kind);
   }
   app->add_option("--collectives", flags->collectives,
                   "Comma-separated list (default all): " + listed)

@@ -238,28 +238,64 @@ constexpr OpTraits kGatherTraits{.name = "gather", .shows_root = true};
 constexpr OpTraits kBarrierTraits{.name = "barrier", .shows_shape = false};
 constexpr OpTraits kEndStepTraits{.name = "end of step", .phrase = "return from the step function"};
 
+// ---- how benchmarks measure them (Measures) ------------------------------------------------
+// Bus factors (nccl-tests): an all-reduce crosses the bus twice (a reduce-scatter, then an
+// all-gather), a collective of blocks with all but one block, a broadcast or a permute with
+// the whole buffer once. Traffic in one process, for S bytes among R replicas: all-reduce,
+// all-gather, all-to-all and permute read and write every replica's S (2R·S); reduce-scatter
+// reads every input and writes one block of each ((R+1)·S); broadcast reads the root's S for
+// each of the R-1 others and writes theirs (2(R-1)·S); gather reads the R blocks and writes
+// them into the root's output (2·S).
+
+double twice_but_one(double r) { return 2 * (r - 1) / r; }
+double all_but_one(double r) { return (r - 1) / r; }
+double once(double) { return 1.0; }
+double nothing(double) { return 0.0; }
+double each_read_and_written(double r) { return 2 * r; }
+
+constexpr Measures kAllReduceMeasures{
+    .bus_factor = twice_but_one,
+    .traffic = each_read_and_written,
+    .blocked = false,
+    .updates = true,
+    .native_f32_sum = [](NativeCollectives& engine, float* data, std::size_t count) {
+      engine.native_all_reduce_f32(data, count);
+    }};
+constexpr Measures kAllGatherMeasures{
+    .bus_factor = all_but_one, .traffic = each_read_and_written, .blocked = true};
+constexpr Measures kBroadcastMeasures{.bus_factor = once,
+                                      .traffic = [](double r) { return 2 * (r - 1); }};
+constexpr Measures kReduceScatterMeasures{
+    .bus_factor = all_but_one, .traffic = [](double r) { return r + 1; }, .blocked = true};
+constexpr Measures kAllToAllMeasures{
+    .bus_factor = all_but_one, .traffic = each_read_and_written, .blocked = true};
+constexpr Measures kPermuteMeasures{.bus_factor = once, .traffic = each_read_and_written};
+constexpr Measures kGatherMeasures{
+    .bus_factor = all_but_one, .traffic = [](double) { return 2.0; }, .blocked = true};
+constexpr Measures kBarrierMeasures{.bus_factor = nothing, .traffic = nothing};
+
 // One row per collective, in OpKind order: traits, describe, in place, path bytes, stages,
-// in one process, across processes, one replica.
+// in one process, across processes, one replica, measures.
 // clang-format off
 const CollectiveDef kTable[] = {
     {kAllReduceTraits, describe_all_reduce, true, packed_bytes, always,
-     all_reduce, all_reduce_across, single_nothing},
+     all_reduce, all_reduce_across, single_nothing, &kAllReduceMeasures},
     {{.name = "all_gather"}, describe_all_gather, false, input_bytes, always,
-     all_gather, all_gather_across, single_copy},
+     all_gather, all_gather_across, single_copy, &kAllGatherMeasures},
     {kBroadcastTraits, describe_broadcast, true, packed_bytes, at_root,
-     broadcast, broadcast_across, single_nothing},
+     broadcast, broadcast_across, single_nothing, &kBroadcastMeasures},
     {kReduceScatterTraits, describe_reduce_scatter, false, input_bytes, always,
-     reduce_scatter, reduce_scatter_across, single_reduce_scatter},
+     reduce_scatter, reduce_scatter_across, single_reduce_scatter, &kReduceScatterMeasures},
     {{.name = "all_to_all"}, describe_all_to_all, false, input_bytes, always,
-     all_to_all, all_to_all_across, single_copy},
+     all_to_all, all_to_all_across, single_copy, &kAllToAllMeasures},
     {{.name = "permute", .shows_pairs = true}, describe_permute, false, input_bytes, always,
-     permute, permute_across, single_permute},
+     permute, permute_across, single_permute, &kPermuteMeasures},
     {kGatherTraits, describe_gather, false, input_bytes, always,
-     gather, gather_across, single_copy},
+     gather, gather_across, single_copy, &kGatherMeasures},
     {kBarrierTraits, describe_nothing, false, no_bytes, never,
-     nullptr, frames_only_across, single_nothing},
+     nullptr, frames_only_across, single_nothing, &kBarrierMeasures},
     {kEndStepTraits, describe_nothing, false, no_bytes, never,
-     nullptr, frames_only_across, single_nothing},
+     nullptr, frames_only_across, single_nothing, nullptr},
 };
 // clang-format on
 static_assert(std::size(kTable) == static_cast<std::size_t>(OpKind::kCount),
