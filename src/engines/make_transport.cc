@@ -18,7 +18,8 @@ std::unique_ptr<Transport> make_transport(const Config& config) {
       return nullptr;
     case Engine::kMpi:
 #if defined(REPLICATOR_HAVE_MPI)
-      return make_mpi_transport(config.local_replicas, kMpiMaxMessage, config.shared_memory);
+      return make_mpi_transport(
+          {.lanes = config.local_replicas, .shared_memory = config.shared_memory});
 #else
       break;
 #endif

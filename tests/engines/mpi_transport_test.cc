@@ -64,8 +64,10 @@ long mismatches(const std::vector<std::uint8_t>& got, int src, int dst, int lane
 // REPLICATOR_SHARED_MEMORY=off (the test runs both ways).
 std::unique_ptr<Transport> make(int lanes, std::size_t max_message = kMpiMaxMessage) {
   const char* shared = std::getenv("REPLICATOR_SHARED_MEMORY");
-  return make_mpi_transport(lanes, max_message,
-                            shared == nullptr || std::string_view(shared) != "off");
+  return make_mpi_transport(
+      {.lanes = lanes,
+       .max_message_bytes = max_message,
+       .shared_memory = shared == nullptr || std::string_view(shared) != "off"});
 }
 
 const std::vector<std::size_t> kSizes = {0, 1, 4099, std::size_t{3} << 20};

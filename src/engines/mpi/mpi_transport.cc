@@ -942,22 +942,13 @@ void set_abort_job_at_exit(bool enabled) {
   runtime().abort_at_exit = enabled;
 }
 
-std::unique_ptr<Transport> make_mpi_transport(int lanes) {
-  return make_mpi_transport(lanes, kMpiMaxMessage, true);
-}
-
-std::unique_ptr<Transport> make_mpi_transport(int lanes, std::size_t max_message_bytes) {
-  return make_mpi_transport(lanes, max_message_bytes, true);
-}
-
-std::unique_ptr<Transport> make_mpi_transport(int lanes, std::size_t max_message_bytes,
-                                              bool shared_memory) {
+std::unique_ptr<Transport> make_mpi_transport(const MpiOptions& options) {
   static FinaliseAtExit finalise_at_exit;
   const std::size_t max_message =
-      std::clamp<std::size_t>(max_message_bytes, 1, static_cast<std::size_t>(INT_MAX));
+      std::clamp<std::size_t>(options.max_message_bytes, 1, static_cast<std::size_t>(INT_MAX));
   std::lock_guard lock(runtime().mu);
   ensure_initialised();
-  return std::make_unique<MpiTransport>(lanes, max_message, shared_memory,
+  return std::make_unique<MpiTransport>(options.lanes, max_message, options.shared_memory,
                                         runtime().transports_made);
 }
 
