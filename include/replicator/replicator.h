@@ -41,7 +41,8 @@ struct ProcessLayout;
 
 // A Replicator over a transport made by the caller (an engine of its own, or the in-memory
 // transport of the tests); config.engine is ignored. The test and benchmark interface, see
-// src/runtime/testing.h; throws as Replicator's constructor.
+// src/runtime/testing.h; throws as Replicator's constructor, and InvalidArgument for a null
+// transport.
 std::unique_ptr<Replicator> make_replicator(Config config, std::unique_ptr<Transport> transport);
 
 // A non-owning reference to a callable taking ReplicaContext&.
@@ -150,7 +151,7 @@ class Replicator {
   void reduce_erased(ReduceOp op, DType dtype, const void* const* inputs, void* out) const;
 
   Config config_;
-  std::unique_ptr<detail::Transport> transport_;   // null for the local engine
+  std::unique_ptr<detail::Transport> transport_;   // never null; one process: the local one
   std::unique_ptr<detail::ProcessLayout> layout_;  // null in a one-process job
   std::string broken_;  // why a multi-process job can no longer run, if it cannot
   std::unique_ptr<detail::Tracer> tracer_;  // flight recorders, timeline; outlives the threads

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "replicator/errors.h"
+#include "src/engines/local/local_transport.h"
 #if defined(REPLICATOR_HAVE_MPI)
 #include "src/engines/mpi/mpi_transport.h"
 #endif
@@ -15,7 +16,7 @@ namespace replicator::detail {
 std::unique_ptr<Transport> make_transport(const Config& config) {
   switch (config.engine) {
     case Engine::kLocal:
-      return nullptr;
+      return make_local_transport({.lanes = config.local_replicas});
     case Engine::kMpi:
 #if defined(REPLICATOR_HAVE_MPI)
       return make_mpi_transport(

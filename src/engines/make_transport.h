@@ -1,4 +1,4 @@
-// The transport of a Config's engine (mpi, gloo), made by the engine's own factory.
+// The transport of a Config's engine (local, mpi, gloo), made by the engine's own factory.
 #pragma once
 
 #include <memory>
@@ -8,9 +8,9 @@
 
 namespace replicator::detail {
 
-// Null for the local engine. Blocks while the processes meet (see make_mpi_transport,
-// make_gloo_transport); throws ConfigError for an engine this build lacks, and the
-// engine's errors.
+// Never null; the local engine's has one process (make_local_transport). Blocks while the
+// processes meet (see make_mpi_transport, make_gloo_transport); throws ConfigError for an
+// engine this build lacks, and the engine's errors.
 std::unique_ptr<Transport> make_transport(const Config& config);
 
 }  // namespace replicator::detail

@@ -48,13 +48,13 @@ Replicator::Replicator(const Config& config)
 Replicator::Replicator(Config config, std::unique_ptr<detail::Transport> transport)
     : config_(std::move(config)), transport_(std::move(transport)) {
   config_.validate();
+  if (!transport_)
+    throw InvalidArgument("Replicator: no transport (a one-process job has the local one)");
   const int L = config_.local_replicas;
-  if (transport_ && transport_->size() > 1) {
-    check_same_local_replicas(*transport_, L, config_.timeout);
-  }
+  if (transport_->size() > 1) check_same_local_replicas(*transport_, L, config_.timeout);
   const detail::HostPolicy policy = detail::host_policy(
       L, config_.host_processes, std::thread::hardware_concurrency(), config_.spin);
-  if (transport_ && transport_->size() > 1) {
+  if (transport_->size() > 1) {
     layout_ = std::make_unique<detail::ProcessLayout>(
         detail::make_process_layout(*transport_, L, policy.oversubscribed));
     layout_->costs = detail::calibrate(*layout_, config_.calibration, config_.timeout).costs;
@@ -67,7 +67,7 @@ Replicator::Replicator(Config config, std::unique_ptr<detail::Transport> transpo
                                                  tracer_->recorders(), layout_.get());
   pool_ = std::make_unique<detail::WorkerPool>(
       *comm_, tracer_->recorders(), layout_ ? layout_->rank * L : 0, num_replicas(), L,
-      policy.step_spin, !policy.oversubscribed, transport_ ? transport_->shared_memory() : nullptr);
+      policy.step_spin, !policy.oversubscribed, transport_->shared_memory());
   reduce_scratch_ = std::make_unique<detail::ReduceScratch>(L);
 }
 

@@ -10,9 +10,14 @@
 #include <deque>
 #include <memory>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "replicator/errors.h"
+#include "src/engines/local/local_transport.h"
+#include "src/runtime/testing.h"
 
 namespace replicator {
 namespace {
@@ -30,6 +35,20 @@ TEST(ReplicatorTest, ReportsReplicaCounts) {
     EXPECT_EQ(repl.num_local_replicas(), n);
     EXPECT_EQ(repl.config().local_replicas, n);
   }
+}
+
+// A one-process job holds the local transport, as any other job holds its engine's: one made
+// by the caller runs the same, and none at all is refused.
+TEST(ReplicatorTest, RunsOverTheLocalTransportAndNeedsOne) {
+  auto repl = detail::make_replicator(with_replicas(3), detail::make_local_transport({.lanes = 3}));
+  EXPECT_EQ(repl->num_replicas(), 3);
+  const PerReplica<int> sums = repl->run([](ReplicaContext& ctx) {
+    int value = ctx.replica_id() + 1;
+    ctx.all_reduce(std::span<int>(&value, 1), {.op = ReduceOp::kSum});
+    return value;
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(sums[r], 6);
+  EXPECT_THROW(detail::make_replicator(with_replicas(2), nullptr), InvalidArgument);
 }
 
 TEST(ReplicatorTest, RunReturnsOneValuePerReplicaInLocalIdOrder) {

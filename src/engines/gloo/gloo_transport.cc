@@ -61,6 +61,7 @@
 #include "src/engines/abort_notice.h"
 #include "src/engines/gloo/gloo.h"
 #include "src/engines/gloo/gloo_store.h"
+#include "src/engines/self_copy.h"
 #include "src/engines/shm/shm_mesh.h"
 #include "src/rendezvous/heartbeat.h"
 
@@ -215,7 +216,6 @@ class GlooTransport final : public Transport, public NativeCollectives {
   }
   void check_lane(int lane) const;
   void check_peer(int lane, int peer, const char* what) const;
-  void copy_to_self(int lane, std::span<const SendOp> sends, std::span<const RecvOp> recvs);
 
   // Poisons the transport with `reason` (the first reason is kept), announces `why` in the
   // store, closes every connection and wakes the waits in progress. Never throws.
@@ -432,34 +432,6 @@ void GlooTransport::check_peer(int lane, int peer, const char* what) const {
 
 // Messages to this process itself never reach Gloo (it has no pair for them): the k-th send
 // to self is the k-th receive from self, copied here.
-void GlooTransport::copy_to_self(int lane, std::span<const SendOp> sends,
-                                 std::span<const RecvOp> recvs) {
-  auto send = sends.begin();
-  for (const RecvOp& recv : recvs) {
-    if (recv.peer != rank_) continue;
-    while (send != sends.end() && send->peer != rank_) ++send;
-    if (send == sends.end()) {
-      throw InvalidArgument("gloo engine: exchange on lane " + std::to_string(lane) +
-                            " receives from this process itself more messages than it sends "
-                            "to itself");
-    }
-    if (send->bytes != recv.bytes) {
-      throw InvalidArgument("gloo engine: exchange on lane " + std::to_string(lane) +
-                            ": a message to this process itself has " +
-                            std::to_string(send->bytes) + " bytes, but its receive expects " +
-                            std::to_string(recv.bytes));
-    }
-    if (recv.bytes > 0 && recv.data != send->data) std::memmove(recv.data, send->data, recv.bytes);
-    ++send;
-  }
-  while (send != sends.end() && send->peer != rank_) ++send;
-  if (send != sends.end()) {
-    throw InvalidArgument("gloo engine: exchange on lane " + std::to_string(lane) +
-                          " sends to this process itself more messages than it receives from "
-                          "itself");
-  }
-}
-
 void GlooTransport::check_lane(int lane) const {
   if (lane < 0 || lane >= num_lanes_) {
     throw InvalidArgument("gloo engine: exchange on lane " + std::to_string(lane) +
@@ -481,7 +453,7 @@ Transport::Ticket GlooTransport::post(int lane, std::span<const SendOp> sends,
   }
   Lane& l = lanes_[lane];
   if (poison_.is_set()) drop_poisoned(l);
-  if (self) copy_to_self(lane, sends, recvs);
+  if (self) copy_to_self("gloo", rank_, lane, sends, recvs);
   if (shm_) {
     const Ticket ticket = ++l.posted;
     shm_->post(lane, ticket, sends, recvs);
