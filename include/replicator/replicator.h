@@ -41,8 +41,7 @@ struct ProcessLayout;
 
 // A Replicator over a transport made by the caller (an engine of its own, or the in-memory
 // transport of the tests); config.engine is ignored. The test and benchmark interface, see
-// src/runtime/testing.h; throws as Replicator's constructor, and InvalidArgument for a null
-// transport.
+// src/runtime/testing.h; throws as Replicator's constructor, InvalidArgument if null.
 std::unique_ptr<Replicator> make_replicator(Config config, std::unique_ptr<Transport> transport);
 
 // A non-owning reference to a callable taking ReplicaContext&.

@@ -24,9 +24,10 @@
 #include <string>
 #include <string_view>
 
-namespace replicator::detail {
+#include "replicator/dtype.h"
+#include "src/engines/host_cores.h"
 
-class ShmMesh;
+namespace replicator::detail {
 
 struct SendOp {
   int peer;  // process rank
@@ -64,7 +65,24 @@ struct TransportTraits {
   // no handshake, but both processes' threads must run at once to move it; so the chooser
   // cuts steps to it only where every replica thread has a core.
   std::size_t shared_step_bytes = 0;
+  // The dtypes whose sums the engine's own all-reduce takes (NativeCollectives), a bit per
+  // DType (native_sums()); 0: none, or the chooser is never to ask for it. Sums only: an
+  // engine may apply min and max in either operand order on different processes.
+  std::uint32_t native_sum_dtypes = 0;
+  // Where the processes of this host tell each other the core of each replica thread
+  // (host_cores.h): the engine's shared memory between them, owned by the transport and
+  // living as long as it; null where the processes do not share this host's memory.
+  HostCores* host_cores = nullptr;
+
+  bool native_sums(DType dtype) const {
+    return ((native_sum_dtypes >> static_cast<unsigned>(dtype)) & 1u) != 0;
+  }
 };
+
+// The bit of `dtype` in TransportTraits::native_sum_dtypes.
+constexpr std::uint32_t dtype_bit(DType dtype) {
+  return std::uint32_t{1} << static_cast<unsigned>(dtype);
+}
 
 class Transport {
  public:
@@ -111,11 +129,6 @@ class Transport {
 
   // What the transport is like; the collectives' chooser plans from it. Never blocks.
   virtual TransportTraits traits() const = 0;
-
-  // The rings in /dev/shm between the processes of this host, where every process of the
-  // job is on it and the transport uses them; else null. Owned by the transport. Never
-  // blocks or throws.
-  virtual ShmMesh* shared_memory() const noexcept { return nullptr; }
 };
 
 }  // namespace replicator::detail

@@ -312,7 +312,7 @@ std::optional<TransportCosts> parse_calibration(std::string_view text, const std
 bool needs_calibration(const ProcessLayout& layout) {
   return layout.transport != nullptr && layout.native != nullptr && layout.processes == 2 &&
          layout.max_subtrees == 1 && !layout.oversubscribed &&
-         layout.native->native_all_reduce_supports(DType::kF32, ReduceOp::kSum);
+         layout.traits.native_sums(DType::kF32);
 }
 
 Calibration calibrate(const ProcessLayout& layout, const std::string& folder,

@@ -67,7 +67,7 @@ Replicator::Replicator(Config config, std::unique_ptr<detail::Transport> transpo
                                                  tracer_->recorders(), layout_.get());
   pool_ = std::make_unique<detail::WorkerPool>(
       *comm_, tracer_->recorders(), layout_ ? layout_->rank * L : 0, num_replicas(), L,
-      policy.step_spin, !policy.oversubscribed, transport_->shared_memory());
+      policy.step_spin, !policy.oversubscribed, transport_->traits().host_cores);
   reduce_scratch_ = std::make_unique<detail::ReduceScratch>(L);
 }
 

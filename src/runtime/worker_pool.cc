@@ -16,14 +16,14 @@ namespace replicator::detail {
 
 WorkerPool::WorkerPool(Communicator& comm, FlightRecorders& recorders, int first_replica,
                        int num_replicas, int num_local, std::chrono::microseconds spin, bool spread,
-                       ShmMesh* mesh)
+                       HostCores* host_cores)
     : comm_(comm),
       recorders_(recorders),
       first_replica_(first_replica),
       num_replicas_(num_replicas),
       spin_(spin),
-      spread_(spread && (num_local > 1 || (mesh != nullptr && mesh->size() > 1))),
-      mesh_(mesh),
+      spread_(spread && (num_local > 1 || (host_cores != nullptr && host_cores->size() > 1))),
+      host_cores_(host_cores),
       cores_(static_cast<std::size_t>(num_local)) {
   threads_.reserve(static_cast<std::size_t>(num_local));
   for (int local = 0; local < num_local; ++local) {
@@ -112,16 +112,16 @@ void WorkerPool::spread_off_shared_core(int local) {
   const int cpu = sched_getcpu();
   if (cpu < 0) return;
   cores_[static_cast<std::size_t>(local)].cpu.store(cpu, std::memory_order_seq_cst);
-  const bool across = mesh_ != nullptr && local < mesh_->lanes();
-  if (across) mesh_->publish_core(local, cpu);
+  const bool across = host_cores_ != nullptr && local < host_cores_->lanes();
+  if (across) host_cores_->publish_core(local, cpu);
   // The cores of the lower-numbered replicas of the host: every lane of the processes of
   // lower rank, then this process's lower locals.
   std::array<int, kMaxSpread> lower{};
   int n = 0;
   if (across) {
-    for (int q = 0; q < mesh_->rank(); ++q) {
-      for (int lane = 0; lane < mesh_->lanes() && n < kMaxSpread; ++lane) {
-        lower[static_cast<std::size_t>(n++)] = mesh_->core_of(q, lane);
+    for (int q = 0; q < host_cores_->rank(); ++q) {
+      for (int lane = 0; lane < host_cores_->lanes() && n < kMaxSpread; ++lane) {
+        lower[static_cast<std::size_t>(n++)] = host_cores_->core_of(q, lane);
       }
     }
   }
@@ -143,7 +143,7 @@ void WorkerPool::spread_off_shared_core(int local) {
   pthread_setaffinity_np(pthread_self(), sizeof(allowed), &allowed);
   const int now = sched_getcpu();
   cores_[static_cast<std::size_t>(local)].cpu.store(now, std::memory_order_seq_cst);
-  if (across) mesh_->publish_core(local, now);
+  if (across) host_cores_->publish_core(local, now);
 }
 
 void WorkerPool::record_failure(int /*local*/, std::exception_ptr error) {

@@ -13,7 +13,7 @@
 #include "replicator/replicator.h"
 #include "src/collectives/communicator.h"
 #include "src/comm/flight_recorder.h"
-#include "src/engines/shm/shm_mesh.h"
+#include "src/engines/host_cores.h"
 
 namespace replicator::detail {
 
@@ -24,11 +24,11 @@ class WorkerPool {
   // outlive the pool. An idle thread busy-waits `spin` for the next step before it parks.
   // With `spread` (every replica thread of the host has a core of its own), a thread that
   // starts a step on the core of a lower-numbered replica of the host moves off it (see
-  // spread_off_shared_core); `mesh` (may be null; must outlive the pool), where the
-  // processes of the job share this host's memory, carries the cores of the other
-  // processes. The threads block SIGUSR1 (the flight recorder's dump thread takes it).
+  // spread_off_shared_core); `host_cores` (the transport's traits; may be null; must outlive
+  // the pool), where the processes of the job share this host's memory, carries the cores of
+  // the other processes. The threads block SIGUSR1 (the flight recorder's dump thread takes it).
   WorkerPool(Communicator& comm, FlightRecorders& recorders, int first_replica, int num_replicas,
-             int num_local, std::chrono::microseconds spin, bool spread, ShmMesh* mesh);
+             int num_local, std::chrono::microseconds spin, bool spread, HostCores* host_cores);
   ~WorkerPool();  // stops and joins the threads
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
@@ -44,8 +44,8 @@ class WorkerPool {
   // wait on each other then share one core and each collective costs a spin budget (10 µs
   // a 4 B all_reduce instead of 0.4, for the first 10-40 ms). So each thread publishes the
   // core it starts the step on (to the other processes of the host too, through the
-  // shm mesh); one that finds a lower-numbered replica there (of this process, or of a
-  // process of lower rank) asks the kernel to move it to a core none of them holds (its
+  // transport's HostCores); one that finds a lower-numbered replica there (of this process,
+  // or of a process of lower rank) asks the kernel to move it to a core none of them holds (its
   // allowed cores minus those), then gives back its full affinity, so the kernel stays free
   // to place it later. Two sched_setaffinity calls when shared, one getcpu and a read per
   // lower replica otherwise; best effort: a core read just before its owner moved is stale
@@ -61,7 +61,7 @@ class WorkerPool {
   const int num_replicas_;
   const std::chrono::microseconds spin_;
   const bool spread_;
-  ShmMesh* const mesh_;  // null where the processes do not share this host's memory
+  HostCores* const host_cores_;  // null where the processes do not share this host's memory
   std::vector<std::thread> threads_;
   // The core each thread started its last step on (-1: none yet), by local replica.
   struct alignas(64) Core {

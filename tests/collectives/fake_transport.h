@@ -124,7 +124,8 @@ class FakeTransport : public detail::Transport, public detail::NativeCollectives
             .receives_shorter = network_->receives_shorter_,
             .eager_bytes = network_->receives_shorter_ ? std::size_t{4000} : 0,
             .min_step_bytes = 64 * 1024,
-            .max_step_bytes = 64 * 1024};
+            .max_step_bytes = 64 * 1024,
+            .native_sum_dtypes = network_->receives_shorter_ ? kNativeSums : 0};
   }
 
   // The "engine's own" all-reduce: every process sends its whole buffer to every other on
@@ -133,14 +134,9 @@ class FakeTransport : public detail::Transport, public detail::NativeCollectives
     native_all_reduce(0, data, count, DType::kF32, ReduceOp::kSum,
                       Clock::now() + std::chrono::seconds(30));
   }
-  bool native_all_reduce_supports(DType dtype, ReduceOp op) const noexcept override {
-    return network_->receives_shorter_ && op == ReduceOp::kSum &&
-           (dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kI32 ||
-            dtype == DType::kI64);
-  }
   void native_all_reduce(int lane, void* data, std::size_t count, DType dtype, ReduceOp op,
                          Clock::time_point deadline) override {
-    if (!native_all_reduce_supports(dtype, op)) {
+    if (op != ReduceOp::kSum || !traits().native_sums(dtype)) {
       throw InvalidArgument("fake transport: no all-reduce of its own for this dtype and op");
     }
     ++network_->native_calls;
@@ -181,6 +177,10 @@ class FakeTransport : public detail::Transport, public detail::NativeCollectives
   }
 
  private:
+  static constexpr std::uint32_t kNativeSums =
+      detail::dtype_bit(DType::kF32) | detail::dtype_bit(DType::kF64) |
+      detail::dtype_bit(DType::kI32) | detail::dtype_bit(DType::kI64);
+
   struct Pending {
     detail::RecvOp op;
     Ticket ticket;

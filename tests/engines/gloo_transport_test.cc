@@ -237,6 +237,10 @@ TEST(Worker, RingShiftAndAllToAllOnTwoLanesFromTwoThreads) {
   // Every process runs on this host: shared memory unless it is turned off (its traits
   // tell: only it takes a message shorter than its receive).
   EXPECT_EQ(t->traits().receives_shorter, env_or("REPLICATOR_SHARED_MEMORY", "on") != "off");
+  // With it, the cores of the replica threads of the host; Gloo's own all-reduce is never
+  // offered to the chooser.
+  EXPECT_EQ(t->traits().host_cores != nullptr, t->traits().receives_shorter);
+  EXPECT_EQ(t->traits().native_sum_dtypes, 0u);
   ASSERT_EQ(t->size(), world().size);
   ASSERT_EQ(t->num_lanes(), 2);
   std::string errors[2];

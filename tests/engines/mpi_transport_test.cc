@@ -84,6 +84,29 @@ TEST(MpiTransport, Basics) {
   EXPECT_EQ(t->num_lanes(), 2);
   EXPECT_TRUE(launched_by_mpi());
   ASSERT_GE(t->size(), 2) << "run this test under mpirun -np 2 or more";
+  // What MPI_Allreduce sums is data on the traits, and the call holds to it.
+  const TransportTraits traits = t->traits();
+  EXPECT_TRUE(traits.native_sums(DType::kF32));
+  EXPECT_TRUE(traits.native_sums(DType::kI64));
+  EXPECT_FALSE(traits.native_sums(DType::kBF16));
+  std::uint16_t half = 0;
+  EXPECT_THROW(
+      native_of(*t).native_all_reduce(0, &half, 1, DType::kBF16, ReduceOp::kSum, after(kLong)),
+      InvalidArgument);
+  float one = 1;
+  EXPECT_THROW(
+      native_of(*t).native_all_reduce(0, &one, 1, DType::kF32, ReduceOp::kMax, after(kLong)),
+      InvalidArgument);
+  // Where the processes share this host's memory, the cores of their threads too.
+  const char* shared = std::getenv("REPLICATOR_SHARED_MEMORY");
+  const bool rings = shared == nullptr || std::string_view(shared) != "off";
+  EXPECT_EQ(traits.host_cores != nullptr, rings);
+  EXPECT_EQ(traits.shared_step_bytes > 0, rings);
+  if (traits.host_cores != nullptr) {
+    EXPECT_EQ(traits.host_cores->rank(), world_rank);
+    EXPECT_EQ(traits.host_cores->size(), world_size);
+    EXPECT_EQ(traits.host_cores->lanes(), 2);
+  }
 }
 
 // Lane 0 shifts a ring while lane 1, driven by another thread, runs an all-to-all (self

@@ -103,11 +103,11 @@ void SliceReduce::local_outputs(std::size_t i, std::uint64_t at) {
 
 AllReducePlan plan_all_reduce(const ProcessLayout& layout, const LaneShape& lane) {
   const std::size_t partial = partial_size(lane.dtype, lane.op);
-  const bool native_same_bits =
-      lane.one_dtype && layout.processes == 2 && layout.max_subtrees == 1 &&
-      layout.native != nullptr && partial == dtype_size(lane.dtype) &&
-      layout.native->native_all_reduce_supports(
-          lane.dtype, lane.op == ReduceOp::kMean ? ReduceOp::kSum : lane.op);
+  const bool native_same_bits = lane.one_dtype && layout.processes == 2 &&
+                                layout.max_subtrees == 1 && layout.native != nullptr &&
+                                partial == dtype_size(lane.dtype) &&
+                                (lane.op == ReduceOp::kSum || lane.op == ReduceOp::kMean) &&
+                                layout.traits.native_sums(lane.dtype);
   return choose_all_reduce({.row_bytes = lane.row_bytes,
                             .max_subtrees = layout.max_subtrees,
                             .processes = layout.processes,

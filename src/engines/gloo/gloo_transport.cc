@@ -156,7 +156,10 @@ class GlooTransport final : public Transport, public NativeCollectives {
   // to move than a tiny one, and only its used bytes are copied (receives may be longer);
   // receives posted ahead gain nothing; steps from 64 KiB to half a ring keep two steps in
   // flight without waiting for room.
-  ShmMesh* shared_memory() const noexcept override { return shm_.get(); }
+  //
+  // Gloo's own all-reduce is not faster than ours (bench/compare_engines.sh), and its
+  // messages would have to share the lanes' tags with ours: the chooser never asks for it
+  // (no native_sum_dtypes).
   TransportTraits traits() const override {
     if (shm_) {
       return {.receives_ahead = false,
@@ -164,7 +167,8 @@ class GlooTransport final : public Transport, public NativeCollectives {
               .streamed_results = false,
               .eager_bytes = kSharedEagerBytes,
               .min_step_bytes = kMinPipelineBytes,
-              .max_step_bytes = std::max(kMinPipelineBytes, shm_->ring_bytes() / 2)};
+              .max_step_bytes = std::max(kMinPipelineBytes, shm_->ring_bytes() / 2),
+              .host_cores = shm_.get()};
     }
     return {.receives_ahead = true,
             .receives_shorter = false,
@@ -174,9 +178,6 @@ class GlooTransport final : public Transport, public NativeCollectives {
             .max_step_bytes = kMaxPipelineBytes};
   }
   void native_all_reduce_f32(float* data, std::size_t count) override;
-  // Gloo's own all-reduce is not faster than ours (bench/compare_engines.sh), and its
-  // messages would have to share the lanes' tags with ours: the chooser never asks for it.
-  bool native_all_reduce_supports(DType, ReduceOp) const noexcept override { return false; }
   void native_all_reduce(int, void*, std::size_t, DType, ReduceOp, Clock::time_point) override {
     throw InvalidArgument("gloo engine: the all-reduce of the engine itself is only benchmarked");
   }

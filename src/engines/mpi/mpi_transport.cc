@@ -265,6 +265,13 @@ MPI_Datatype mpi_type_of(DType dtype) {
   }
 }
 
+// What MPI_Allreduce sums for the chooser (the traits' native_sum_dtypes): every dtype MPI
+// has a type for. Sums only: MPI may apply min and max in either operand order on different
+// processes, and the min of -0 and +0 (or of two NaNs) depends on that order.
+constexpr std::uint32_t kNativeSumDtypes = dtype_bit(DType::kF32) | dtype_bit(DType::kF64) |
+                                           dtype_bit(DType::kI32) | dtype_bit(DType::kI64) |
+                                           dtype_bit(DType::kU8);
+
 // Initialises MPI with MPI_THREAD_MULTIPLE unless done already; the caller holds
 // runtime().mu.
 void ensure_initialised() {
@@ -314,7 +321,6 @@ class MpiTransport final : public Transport, public NativeCollectives {
   Ticket post(int lane, std::span<const SendOp> sends, std::span<const RecvOp> recvs) override;
   void wait(int lane, Ticket ticket, Clock::time_point deadline) override;
   void abort(const std::string& why, std::optional<int> cause_replica) noexcept override;
-  ShmMesh* shared_memory() const noexcept override { return shm_.get(); }
   TransportTraits traits() const override {
     // Steps through OpenMPI: every step is a round trip, so 2 MiB steps (a 4 MiB
     // all-reduce over two processes moves each part at once) measured best from 1 to
@@ -328,14 +334,11 @@ class MpiTransport final : public Transport, public NativeCollectives {
             .eager_bytes = shm_ ? std::min(kSharedEagerBytes, shared_bytes(*shm_)) : kMpiEagerBytes,
             .min_step_bytes = std::size_t{2} << 20,
             .max_step_bytes = std::size_t{2} << 20,
-            .shared_step_bytes = shm_ ? shared_bytes(*shm_) : 0};
+            .shared_step_bytes = shm_ ? shared_bytes(*shm_) : 0,
+            .native_sum_dtypes = kNativeSumDtypes,
+            .host_cores = shm_.get()};
   }
   void native_all_reduce_f32(float* data, std::size_t count) override;
-  // Sums only: MPI may apply min and max in either operand order on different processes,
-  // and the min of -0 and +0 (or of two NaNs) depends on that order.
-  bool native_all_reduce_supports(DType dtype, ReduceOp op) const noexcept override {
-    return mpi_type_of(dtype) != MPI_DATATYPE_NULL && op == ReduceOp::kSum;
-  }
   void native_all_reduce(int lane, void* data, std::size_t count, DType dtype, ReduceOp op,
                          Clock::time_point deadline) override;
 
@@ -885,7 +888,7 @@ void MpiTransport::native_all_reduce_f32(float* data, std::size_t count) {
 void MpiTransport::native_all_reduce(int lane, void* data, std::size_t count, DType dtype,
                                      ReduceOp op, Clock::time_point deadline) {
   check_lane(lane);
-  if (!native_all_reduce_supports(dtype, op)) {
+  if (op != ReduceOp::kSum || (kNativeSumDtypes & dtype_bit(dtype)) == 0) {
     throw InvalidArgument("mpi engine: MPI_Allreduce cannot reduce " +
                           std::string(to_string(dtype)) + " with op " + std::string(to_string(op)));
   }

@@ -34,11 +34,12 @@
 #include <vector>
 
 #include "src/comm/poison.h"
+#include "src/engines/host_cores.h"
 #include "src/engines/transport.h"
 
 namespace replicator::detail {
 
-class ShmMesh {
+class ShmMesh final : public HostCores {
  public:
   using Clock = std::chrono::steady_clock;
   using Ticket = std::uint64_t;
@@ -72,9 +73,9 @@ class ShmMesh {
   // job grows so that a segment stays near 16 MiB. A power of two.
   static std::size_t ring_bytes_for(int size, int lanes);
   std::size_t ring_bytes() const { return ring_bytes_; }
-  int rank() const { return rank_; }
-  int size() const { return size_; }
-  int lanes() const { return lanes_; }
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return size_; }
+  int lanes() const noexcept override { return lanes_; }
   // The segment's name in /dev/shm (unique to this process and moment).
   const std::string& name() const { return name_; }
 
@@ -144,12 +145,12 @@ class ShmMesh {
   // Forgets every pending message of `lane` (their buffers are never touched again).
   void drop(int lane) noexcept;
 
-  // The core the thread of `lane` started its last step on, for the other processes of
-  // the host (see WorkerPool): publish_core() writes this process's, core_of() reads
-  // `process`'s (this one's too; -1 where none was published, or out of range). Never
-  // block or throw.
-  void publish_core(int lane, int cpu) noexcept;
-  int core_of(int process, int lane) const noexcept;
+  // HostCores (host_cores.h): the core the thread of `lane` started its last step on, for
+  // the other processes of the host, kept in each process's own segment: publish_core()
+  // writes this process's, core_of() reads `process`'s (this one's too; -1 where none was
+  // published, or out of range). Never block or throw.
+  void publish_core(int lane, int cpu) noexcept override;
+  int core_of(int process, int lane) const noexcept override;
 
   // Flags this process as failed in every attached peer's segment and rings their bells.
   // Never blocks, never throws.
