@@ -37,6 +37,19 @@ class SplitMix64 {
   }
   // Uniform in [0, 1) with 53 random bits.
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  // Uniform in [0, n) for n >= 1, unbiased: Lemire's multiply-and-reject (2019), the high
+  // word of a 64 x 64-bit product, drawing again for the few low words that would bias it.
+  std::uint64_t below(std::uint64_t n) {
+    const std::uint64_t threshold = (0 - n) % n;
+    while (true) {
+      const auto product = static_cast<unsigned __int128>(next()) * n;
+      if (static_cast<std::uint64_t>(product) >= threshold) {
+        return static_cast<std::uint64_t>(product >> 64);
+      }
+    }
+  }
+  // The generator's state, from which SplitMix64(state()) goes on with the same draws.
+  std::uint64_t state() const { return state_; }
 
  private:
   std::uint64_t state_;
