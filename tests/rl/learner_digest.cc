@@ -13,6 +13,7 @@
 #include "replicator/replicator.h"
 #include "replicator/rl/learner.h"
 #include "replicator/rl/policy.h"
+#include "tests/rl/digest.h"
 
 namespace rl = replicator::rl;
 
@@ -38,13 +39,6 @@ std::vector<rl::Unroll> batch_of(int B, int T, std::uint32_t seed) {
   return out;
 }
 
-std::uint64_t fnv(const std::vector<float>& v) {
-  std::uint64_t h = 1469598103934665603ULL;
-  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
-  for (std::size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ULL;
-  return h;
-}
-
 }  // namespace
 
 int main() {
@@ -66,16 +60,7 @@ int main() {
       learner.update(
           std::span(batch).subspan(static_cast<std::size_t>(ctx.replica_id()) * share, share));
     }
-    return static_cast<std::int64_t>(fnv(rl::flatten_parameters(*learner.model())));
+    return replicator::rl::testing::digest(rl::flatten_parameters(*learner.model()));
   });
-  const auto lo = repl.reduce(replicator::ReduceOp::kMin, digests);
-  const auto hi = repl.reduce(replicator::ReduceOp::kMax, digests);
-  if (lo != hi) {
-    std::fprintf(stderr, "replicas ended with different parameters\n");
-    return 1;
-  }
-  if (repl.run([](replicator::ReplicaContext& ctx) { return ctx.replica_id(); })[0] == 0) {
-    std::printf("digest R=%d %016llx\n", R, static_cast<unsigned long long>(digests[0]));
-  }
-  return 0;
+  return replicator::rl::testing::report(repl, digests);
 }

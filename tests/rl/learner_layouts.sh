@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The replicated learner gives the same bits on every layout of 2 replicas: 1 process x 2
 # threads, 2 mpi processes, 2 gloo processes (where those engines are built).
-# Usage: learner_layouts.sh BUILD_DIR HAVE_MPI HAVE_GLOO
+# Usage: learner_layouts.sh BUILD_DIR HAVE_MPI HAVE_GLOO [PROGRAM]
+# PROGRAM (in BUILD_DIR/tests/rl; learner_digest, the IMPALA learner, by default) prints
+# "digest R=<R> <hex>" from replica 0; d4pg_digest does it for the D4PG learner.
 set -euo pipefail
-prog="$1/tests/rl/learner_digest"
+prog="$1/tests/rl/${4:-learner_digest}"
 launcher="$1/replicator"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fail() { echo "FAIL: $*" >&2; exit 1; }
