@@ -33,16 +33,11 @@
 
 #include "replicator/replica_context.h"
 #include "replicator/rl/categorical.h"
+#include "replicator/rl/continuous_env.h"
 #include "replicator/rl/replay.h"
 #include "replicator/torch/gradient_reducer.h"
 
 namespace replicator::rl {
-
-// A Box action space: action k lies in [low[k], high[k]] (low[k] < high[k], both finite).
-struct ActionBounds {
-  std::vector<float> low;
-  std::vector<float> high;
-};
 
 // How a network's parameters start: kRandom draws them from LibTorch's default generator
 // (seed it first) as torch::nn::Linear does, U(±1/√fan_in); kZeros draws nothing, for a copy
