@@ -26,6 +26,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libgloo-dev libhiredis-dev redis-server iproute2
   zlib1g-dev libpng-dev dataset-fashion-mnist python3-numpy
+  libplplot-dev plplot-driver-cairo fonts-dejavu-core
   libopenblas0-pthread
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libjemalloc2

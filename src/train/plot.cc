@@ -1,11 +1,15 @@
 #include "replicator/train/plot.h"
 
+#include <plplot.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <limits>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "replicator/errors.h"
@@ -13,118 +17,16 @@
 namespace replicator::train {
 namespace {
 
-// ASCII 32..126 in 5 x 7 pixels: five columns per glyph, left to right; bit 0 of a column is
-// its top row, bit 6 its bottom.
-constexpr std::array<std::uint8_t, std::size_t{95}* 5> kFont = {
-    0x00, 0x00, 0x00, 0x00, 0x00,  // space
-    0x00, 0x00, 0x5F, 0x00, 0x00,  // !
-    0x00, 0x07, 0x00, 0x07, 0x00,  // "
-    0x14, 0x7F, 0x14, 0x7F, 0x14,  // #
-    0x24, 0x2A, 0x7F, 0x2A, 0x12,  // $
-    0x23, 0x13, 0x08, 0x64, 0x62,  // %
-    0x36, 0x49, 0x55, 0x22, 0x50,  // &
-    0x00, 0x05, 0x03, 0x00, 0x00,  // '
-    0x00, 0x1C, 0x22, 0x41, 0x00,  // (
-    0x00, 0x41, 0x22, 0x1C, 0x00,  // )
-    0x08, 0x2A, 0x1C, 0x2A, 0x08,  // *
-    0x08, 0x08, 0x3E, 0x08, 0x08,  // +
-    0x00, 0x50, 0x30, 0x00, 0x00,  // ,
-    0x08, 0x08, 0x08, 0x08, 0x08,  // -
-    0x00, 0x60, 0x60, 0x00, 0x00,  // .
-    0x20, 0x10, 0x08, 0x04, 0x02,  // /
-    0x3E, 0x51, 0x49, 0x45, 0x3E,  // 0
-    0x00, 0x42, 0x7F, 0x40, 0x00,  // 1
-    0x42, 0x61, 0x51, 0x49, 0x46,  // 2
-    0x21, 0x41, 0x45, 0x4B, 0x31,  // 3
-    0x18, 0x14, 0x12, 0x7F, 0x10,  // 4
-    0x27, 0x45, 0x45, 0x45, 0x39,  // 5
-    0x3C, 0x4A, 0x49, 0x49, 0x30,  // 6
-    0x01, 0x71, 0x09, 0x05, 0x03,  // 7
-    0x36, 0x49, 0x49, 0x49, 0x36,  // 8
-    0x06, 0x49, 0x49, 0x29, 0x1E,  // 9
-    0x00, 0x36, 0x36, 0x00, 0x00,  // :
-    0x00, 0x56, 0x36, 0x00, 0x00,  // ;
-    0x08, 0x14, 0x22, 0x41, 0x00,  // <
-    0x14, 0x14, 0x14, 0x14, 0x14,  // =
-    0x00, 0x41, 0x22, 0x14, 0x08,  // >
-    0x02, 0x01, 0x51, 0x09, 0x06,  // ?
-    0x32, 0x49, 0x79, 0x41, 0x3E,  // @
-    0x7E, 0x11, 0x11, 0x11, 0x7E,  // A
-    0x7F, 0x49, 0x49, 0x49, 0x36,  // B
-    0x3E, 0x41, 0x41, 0x41, 0x22,  // C
-    0x7F, 0x41, 0x41, 0x22, 0x1C,  // D
-    0x7F, 0x49, 0x49, 0x49, 0x41,  // E
-    0x7F, 0x09, 0x09, 0x09, 0x01,  // F
-    0x3E, 0x41, 0x49, 0x49, 0x7A,  // G
-    0x7F, 0x08, 0x08, 0x08, 0x7F,  // H
-    0x00, 0x41, 0x7F, 0x41, 0x00,  // I
-    0x20, 0x40, 0x41, 0x3F, 0x01,  // J
-    0x7F, 0x08, 0x14, 0x22, 0x41,  // K
-    0x7F, 0x40, 0x40, 0x40, 0x40,  // L
-    0x7F, 0x02, 0x0C, 0x02, 0x7F,  // M
-    0x7F, 0x04, 0x08, 0x10, 0x7F,  // N
-    0x3E, 0x41, 0x41, 0x41, 0x3E,  // O
-    0x7F, 0x09, 0x09, 0x09, 0x06,  // P
-    0x3E, 0x41, 0x51, 0x21, 0x5E,  // Q
-    0x7F, 0x09, 0x19, 0x29, 0x46,  // R
-    0x46, 0x49, 0x49, 0x49, 0x31,  // S
-    0x01, 0x01, 0x7F, 0x01, 0x01,  // T
-    0x3F, 0x40, 0x40, 0x40, 0x3F,  // U
-    0x1F, 0x20, 0x40, 0x20, 0x1F,  // V
-    0x3F, 0x40, 0x38, 0x40, 0x3F,  // W
-    0x63, 0x14, 0x08, 0x14, 0x63,  // X
-    0x07, 0x08, 0x70, 0x08, 0x07,  // Y
-    0x61, 0x51, 0x49, 0x45, 0x43,  // Z
-    0x00, 0x7F, 0x41, 0x41, 0x00,  // [
-    0x02, 0x04, 0x08, 0x10, 0x20,  // backslash
-    0x00, 0x41, 0x41, 0x7F, 0x00,  // ]
-    0x04, 0x02, 0x01, 0x02, 0x04,  // ^
-    0x40, 0x40, 0x40, 0x40, 0x40,  // _
-    0x00, 0x01, 0x02, 0x04, 0x00,  // `
-    0x20, 0x54, 0x54, 0x54, 0x78,  // a
-    0x7F, 0x48, 0x44, 0x44, 0x38,  // b
-    0x38, 0x44, 0x44, 0x44, 0x20,  // c
-    0x38, 0x44, 0x44, 0x48, 0x7F,  // d
-    0x38, 0x54, 0x54, 0x54, 0x18,  // e
-    0x08, 0x7E, 0x09, 0x01, 0x02,  // f
-    0x0C, 0x52, 0x52, 0x52, 0x3E,  // g
-    0x7F, 0x08, 0x04, 0x04, 0x78,  // h
-    0x00, 0x44, 0x7D, 0x40, 0x00,  // i
-    0x20, 0x40, 0x44, 0x3D, 0x00,  // j
-    0x7F, 0x10, 0x28, 0x44, 0x00,  // k
-    0x00, 0x41, 0x7F, 0x40, 0x00,  // l
-    0x7C, 0x04, 0x18, 0x04, 0x78,  // m
-    0x7C, 0x08, 0x04, 0x04, 0x78,  // n
-    0x38, 0x44, 0x44, 0x44, 0x38,  // o
-    0x7C, 0x14, 0x14, 0x14, 0x08,  // p
-    0x08, 0x14, 0x14, 0x18, 0x7C,  // q
-    0x7C, 0x08, 0x04, 0x04, 0x08,  // r
-    0x48, 0x54, 0x54, 0x54, 0x20,  // s
-    0x04, 0x3F, 0x44, 0x40, 0x20,  // t
-    0x3C, 0x40, 0x40, 0x20, 0x7C,  // u
-    0x1C, 0x20, 0x40, 0x20, 0x1C,  // v
-    0x3C, 0x40, 0x30, 0x40, 0x3C,  // w
-    0x44, 0x28, 0x10, 0x28, 0x44,  // x
-    0x0C, 0x50, 0x50, 0x50, 0x3C,  // y
-    0x44, 0x64, 0x54, 0x4C, 0x44,  // z
-    0x00, 0x08, 0x36, 0x41, 0x00,  // {
-    0x00, 0x00, 0x7F, 0x00, 0x00,  // |
-    0x00, 0x41, 0x36, 0x08, 0x00,  // }
-    0x08, 0x04, 0x08, 0x10, 0x08,  // ~
-};
-
-constexpr int kGlyphWidth = 5;
-constexpr int kGlyphHeight = 7;
-constexpr int kAdvance = 6;  // glyph and one column of space
-
-// Text sizes (font scale) and the margins around the plotting area.
-constexpr int kTitleScale = 2;
-constexpr int kTextScale = 2;  // labels and legend
-constexpr int kTickScale = 1;
+// The margins around the plotting area, in pixels of a chart.
 constexpr int kMarginLeft = 96;
 constexpr int kMarginRight = 24;
 constexpr int kMarginTop = 66;
 constexpr int kMarginBottom = 58;
+
+// Text heights in pixels.
+constexpr double kTitlePx = 17;
+constexpr double kLabelPx = 14;
+constexpr double kTickPx = 12;
 
 constexpr std::uint8_t kInk[3] = {40, 40, 40};
 constexpr std::uint8_t kGrid[3] = {228, 228, 228};
@@ -133,73 +35,10 @@ constexpr std::uint8_t kPalette[10][3] = {
     {31, 119, 180}, {255, 127, 14},  {44, 160, 44},   {214, 39, 40},  {148, 103, 189},
     {140, 86, 75},  {227, 119, 194}, {127, 127, 127}, {188, 189, 34}, {23, 190, 207}};
 
-void set_pixel(Image& image, int x, int y, const std::uint8_t* colour) {
-  if (x < 0 || y < 0 || x >= image.width || y >= image.height) return;
-  std::copy_n(colour, 3, image.at(x, y));
-}
-
-void fill_rect(Image& image, int x0, int y0, int x1, int y1, const std::uint8_t* colour) {
-  for (int y = std::max(0, y0); y < std::min(image.height, y1); ++y) {
-    for (int x = std::max(0, x0); x < std::min(image.width, x1); ++x)
-      std::copy_n(colour, 3, image.at(x, y));
-  }
-}
-
-const std::uint8_t* glyph(char c) {
-  const int code = static_cast<unsigned char>(c);
-  const int index = code >= 32 && code <= 126 ? code - 32 : '?' - 32;
-  return kFont.data() + static_cast<std::size_t>(index) * kGlyphWidth;
-}
-
-// `text` turned 90 degrees counter-clockwise (read bottom to top), its bounding box's
-// top-left corner at (x, y).
-void draw_text_up(Image& image, int x, int y, const std::string& text, const std::uint8_t* colour,
-                  int scale) {
-  const int length = text_width(text, scale);
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const std::uint8_t* columns = glyph(text[i]);
-    for (int col = 0; col < kGlyphWidth; ++col) {
-      for (int row = 0; row < kGlyphHeight; ++row) {
-        if (((columns[col] >> row) & 1) == 0) continue;
-        // Glyph column -> image row (upwards), glyph row -> image column.
-        const int px = x + row * scale;
-        const int py = y + length - (static_cast<int>(i) * kAdvance + col + 1) * scale;
-        fill_rect(image, px, py, px + scale, py + scale, colour);
-      }
-    }
-  }
-}
-
-// A line of width 2 from (x0, y0) to (x1, y1) (Bresenham), drawn only inside `clip`.
-void draw_line(Image& image, int x0, int y0, int x1, int y1, const std::uint8_t* colour,
-               const PlotArea& clip) {
-  const int dx = std::abs(x1 - x0);
-  const int dy = -std::abs(y1 - y0);
-  const int sx = x0 < x1 ? 1 : -1;
-  const int sy = y0 < y1 ? 1 : -1;
-  int err = dx + dy;
-  for (;;) {
-    for (int oy = 0; oy < 2; ++oy) {
-      for (int ox = 0; ox < 2; ++ox) {
-        const int x = x0 + ox;
-        const int y = y0 + oy;
-        if (x >= clip.left && x < clip.right && y >= clip.top && y < clip.bottom) {
-          set_pixel(image, x, y, colour);
-        }
-      }
-    }
-    if (x0 == x1 && y0 == y1) break;
-    const int e2 = 2 * err;
-    if (e2 >= dy) {
-      err += dy;
-      x0 += sx;
-    }
-    if (e2 <= dx) {
-      err += dx;
-      y0 += sy;
-    }
-  }
-}
+// PLplot's colour map 0: the background, ink, grid, then the palette.
+constexpr PLINT kInkIndex = 1;
+constexpr PLINT kGridIndex = 2;
+constexpr PLINT kFirstSeriesIndex = 3;
 
 // A tick value as text, with as many decimals as the step between ticks needs.
 std::string tick_text(double value, double step) {
@@ -255,21 +94,176 @@ Axis log_axis(double lo, double hi) {
   return axis;
 }
 
-void render_chart(Image& image, int x_offset, const Chart& chart, const ChartSize& size) {
-  PlotArea area = plot_area(size);
-  area.left += x_offset;
-  area.right += x_offset;
+// PLplot keeps its state (the current stream, its options) process-wide: one picture is drawn
+// at a time.
+std::mutex& plplot_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
 
+// Whether PLplot has the cairo driver that draws into memory. Checked before plinit, which
+// would end the process when a driver is missing.
+bool have_memcairo() {
+  std::array<const char*, 128> menus{};
+  std::array<const char*, 128> names{};
+  int count = static_cast<int>(names.size());
+  const char** menu_list = menus.data();
+  const char** name_list = names.data();
+  plgDevs(&menu_list, &name_list, &count);
+  for (int i = 0; i < count; ++i) {
+    if (names[static_cast<std::size_t>(i)] != nullptr &&
+        std::strcmp(names[static_cast<std::size_t>(i)], "memcairo") == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// One picture in PLplot's "memcairo" driver, drawn into an RGBA buffer: opened by the
+// constructor, ended by the destructor. Positions are in pixels of the picture: pixel_frame
+// maps a chart's pixels to PLplot's world coordinates.
+class Canvas {
+ public:
+  Canvas(int width, int height, std::vector<std::uint8_t>& rgba) : width_(width) {
+    plsdev("memcairo");
+    plsmema(width, height, rgba.data());
+    plscol0(0, 255, 255, 255);
+    plscol0(kInkIndex, kInk[0], kInk[1], kInk[2]);
+    plscol0(kGridIndex, kGrid[0], kGrid[1], kGrid[2]);
+    for (int i = 0; i < 10; ++i) {
+      plscol0(kFirstSeriesIndex + i, kPalette[i][0], kPalette[i][1], kPalette[i][2]);
+    }
+    plinit();
+    pladv(0);
+    PLFLT x_min = 0, x_max = 0, y_min = 0, y_max = 0;
+    plgspa(&x_min, &x_max, &y_min, &y_max);
+    mm_per_px_ = (x_max - x_min) / width;
+  }
+  ~Canvas() { plend1(); }
+  Canvas(const Canvas&) = delete;
+  Canvas& operator=(const Canvas&) = delete;
+
+  // The rectangle [x0, x1) x [y0, y1) of the picture (pixels, y down) as the viewport, its
+  // world coordinates those pixels.
+  void pixel_frame(int x0, int x1, int height) const {
+    plvpor(static_cast<double>(x0) / width_, static_cast<double>(x1) / width_, 0, 1);
+    plwind(x0, x1, height, 0);
+  }
+  // The plotting area `a` (pixels) as the viewport, over the window [x_lo, x_hi] x [y_lo, y_hi].
+  void data_frame(const PlotArea& a, int height, double x_lo, double x_hi, double y_lo,
+                  double y_hi) const {
+    plvpor(static_cast<double>(a.left) / width_, static_cast<double>(a.right) / width_,
+           1.0 - static_cast<double>(a.bottom) / height, 1.0 - static_cast<double>(a.top) / height);
+    plwind(x_lo, x_hi, y_lo, y_hi);
+  }
+  void text_height(double px) const { plschr(px * mm_per_px_, 1.0); }
+  // `text` centred on its line at (x, y) of a pixel frame, justified by `just` (0 left, 0.5
+  // centre); `up`: rotated to read upwards.
+  void text(double x, double y, double px, double just, const std::string& text,
+            bool up = false) const {
+    text_height(px);
+    if (up) {
+      plptex(x + px * 0.35, y, 0, -1, just, text.c_str());
+    } else {
+      plptex(x, y + px * 0.35, 1, 0, just, text.c_str());
+    }
+  }
+
+ private:
+  int width_;
+  double mm_per_px_ = 0.25;
+};
+
+// Tick labels in the axes' own format (tick_text), through PLplot's label callback.
+struct LabelFormat {
+  double step = 1;
+  bool log = false;
+};
+void format_label(PLINT, PLFLT value, char* label, PLINT length, PLPointer data) {
+  const auto* format = static_cast<const LabelFormat*>(data);
+  const std::string text = format->log ? tick_text(std::pow(10.0, value), std::pow(10.0, value))
+                                       : tick_text(value, format->step);
+  std::snprintf(label, static_cast<std::size_t>(length), "%s", text.c_str());
+}
+
+// The axes, grid and tick labels of a chart, in its data frame.
+void draw_axes(const Axis& x_axis, const Axis& y_axis, bool log_x) {
+  const double x_step = x_axis.ticks.size() > 1 ? x_axis.ticks[1] - x_axis.ticks[0] : 0;
+  const double y_step = y_axis.ticks.size() > 1 ? y_axis.ticks[1] - y_axis.ticks[0] : 0;
+  plwidth(1);
+  plcol0(kGridIndex);
+  plbox("g", x_step, 0, "g", y_step, 0);
+  plcol0(kInkIndex);
+  LabelFormat x_format{.step = x_step, .log = log_x};
+  LabelFormat y_format{.step = y_step};
+  plslabelfunc(format_label, &x_format);
+  plbox(log_x ? "bcnstof" : "bcnsto", x_step, log_x ? 0 : 2, "", 0, 0);
+  plslabelfunc(format_label, &y_format);
+  plbox("", 0, 0, "bcnstvo", y_step, 2);
+  plslabelfunc(nullptr, nullptr);
+}
+
+// The series as lines (broken where a point is not usable), a point alone as a dot.
+void draw_series(const Chart& chart) {
+  plwidth(2);
+  std::vector<double> xs;
+  std::vector<double> ys;
+  for (std::size_t k = 0; k < chart.series.size(); ++k) {
+    const Series& s = chart.series[k];
+    plcol0(kFirstSeriesIndex + static_cast<PLINT>(k % 10));
+    const auto flush = [&] {
+      if (xs.size() == 1) {
+        plssym(0, 1.0);
+        plpoin(1, xs.data(), ys.data(), 17);
+      } else if (xs.size() > 1) {
+        plline(static_cast<PLINT>(xs.size()), xs.data(), ys.data());
+      }
+      xs.clear();
+      ys.clear();
+    };
+    for (std::size_t i = 0; i < s.x.size(); ++i) {
+      if (!usable(s.x[i], s.y[i], chart.log_x)) {
+        flush();
+        continue;
+      }
+      xs.push_back(chart.log_x ? std::log10(s.x[i]) : s.x[i]);
+      ys.push_back(s.y[i]);
+    }
+    flush();
+  }
+  plwidth(1);
+}
+
+// One row of legend entries (a swatch of the series' colour and its name) above the area.
+void draw_legend(const Canvas& canvas, const Chart& chart) {
+  const auto n = static_cast<PLINT>(chart.series.size());
+  if (n == 0) return;
+  std::vector<PLINT> options(chart.series.size(), PL_LEGEND_LINE);
+  std::vector<PLINT> text_colours(chart.series.size(), kInkIndex);
+  std::vector<PLINT> line_colours(chart.series.size());
+  std::vector<PLINT> line_styles(chart.series.size(), 1);
+  std::vector<PLFLT> line_widths(chart.series.size(), 3.0);
+  std::vector<const char*> names(chart.series.size());
+  for (std::size_t k = 0; k < chart.series.size(); ++k) {
+    line_colours[k] = kFirstSeriesIndex + static_cast<PLINT>(k % 10);
+    names[k] = chart.series[k].name.c_str();
+  }
+  canvas.text_height(kLabelPx);
+  PLFLT width = 0;
+  PLFLT height = 0;
+  pllegend(&width, &height, PL_LEGEND_ROW_MAJOR, PL_POSITION_TOP | PL_POSITION_OUTSIDE, 0.0, 0.02,
+           0.04, 0, kGridIndex, 1, 1, n, n, options.data(), 0.6, 1.0, 1.6, 0.0, text_colours.data(),
+           names.data(), nullptr, nullptr, nullptr, nullptr, line_colours.data(),
+           line_styles.data(), line_widths.data(), nullptr, nullptr, nullptr, nullptr);
+}
+
+void render_chart(const Canvas& canvas, int x_offset, const Chart& chart, const ChartSize& size) {
   // Ranges over the usable points of every series.
   double x_lo = std::numeric_limits<double>::infinity();
   double x_hi = -x_lo;
   double y_lo = x_lo;
   double y_hi = -x_lo;
   for (const Series& s : chart.series) {
-    if (s.x.size() != s.y.size()) {
-      throw InvalidArgument("series '" + s.name + "' has " + std::to_string(s.x.size()) +
-                            " x values and " + std::to_string(s.y.size()) + " y values");
-    }
     for (std::size_t i = 0; i < s.x.size(); ++i) {
       if (!usable(s.x[i], s.y[i], chart.log_x)) continue;
       x_lo = std::min(x_lo, s.x[i]);
@@ -287,84 +281,27 @@ void render_chart(Image& image, int x_offset, const Chart& chart, const ChartSiz
   }
   const Axis x_axis = chart.log_x ? log_axis(x_lo, x_hi) : linear_axis(x_lo, x_hi);
   const Axis y_axis = linear_axis(y_lo, y_hi);
-  const double w = area.right - area.left - 1;
-  const double h = area.bottom - area.top - 1;
-  const auto px = [&](double v) {
-    const double t = (v - x_axis.lo) / (x_axis.hi - x_axis.lo);
-    return area.left + static_cast<int>(std::lround(t * w));
-  };
-  const auto py = [&](double v) {
-    const double t = (v - y_axis.lo) / (y_axis.hi - y_axis.lo);
-    return area.bottom - 1 - static_cast<int>(std::lround(t * h));
-  };
+  PlotArea area = plot_area(size);
+  area.left += x_offset;
+  area.right += x_offset;
 
-  // Grid, ticks and tick labels.
-  const int tick_h = kGlyphHeight * kTickScale;
-  for (std::size_t i = 0; i < x_axis.ticks.size(); ++i) {
-    const int x = px(x_axis.ticks[i]);
-    fill_rect(image, x, area.top, x + 1, area.bottom, kGrid);
-    fill_rect(image, x, area.bottom, x + 1, area.bottom + 5, kInk);
-    draw_text(image, x - text_width(x_axis.labels[i], kTickScale) / 2, area.bottom + 8,
-              x_axis.labels[i], kInk, kTickScale);
-  }
-  for (std::size_t i = 0; i < y_axis.ticks.size(); ++i) {
-    const int y = py(y_axis.ticks[i]);
-    fill_rect(image, area.left, y, area.right, y + 1, kGrid);
-    fill_rect(image, area.left - 5, y, area.left, y + 1, kInk);
-    draw_text(image, area.left - 8 - text_width(y_axis.labels[i], kTickScale), y - tick_h / 2,
-              y_axis.labels[i], kInk, kTickScale);
-  }
-  // Frame.
-  fill_rect(image, area.left - 1, area.top - 1, area.right + 1, area.top, kInk);
-  fill_rect(image, area.left - 1, area.bottom, area.right + 1, area.bottom + 1, kInk);
-  fill_rect(image, area.left - 1, area.top - 1, area.left, area.bottom + 1, kInk);
-  fill_rect(image, area.right, area.top - 1, area.right + 1, area.bottom + 1, kInk);
+  // Title and axis labels, in the chart's pixels.
+  canvas.pixel_frame(x_offset, x_offset + size.width, size.height);
+  plcol0(kInkIndex);
+  canvas.text(x_offset + size.width / 2.0, 18, kTitlePx, 0.5, chart.title);
+  canvas.text((area.left + area.right) / 2.0, area.bottom + 40, kLabelPx, 0.5, chart.x_label);
+  canvas.text(x_offset + 18, (area.top + area.bottom) / 2.0, kLabelPx, 0.5, chart.y_label,
+              /*up=*/true);
 
-  // Title, axis labels, legend.
-  const int chart_mid = x_offset + size.width / 2;
-  draw_text(image, chart_mid - text_width(chart.title, kTitleScale) / 2, 10, chart.title, kInk,
-            kTitleScale);
-  draw_text(image, (area.left + area.right) / 2 - text_width(chart.x_label, kTextScale) / 2,
-            area.bottom + 8 + tick_h + 10, chart.x_label, kInk, kTextScale);
-  draw_text_up(image, x_offset + 10,
-               (area.top + area.bottom) / 2 - text_width(chart.y_label, kTextScale) / 2,
-               chart.y_label, kInk, kTextScale);
-  int legend_width = 0;
-  for (const Series& s : chart.series) legend_width += 28 + text_width(s.name, kTextScale) + 16;
-  int lx = chart_mid - legend_width / 2;
-  const int ly = 36;
-  for (std::size_t i = 0; i < chart.series.size(); ++i) {
-    fill_rect(image, lx, ly + 6, lx + 22, ly + 9, series_colour(i));
-    draw_text(image, lx + 28, ly, chart.series[i].name, kInk, kTextScale);
-    lx += 28 + text_width(chart.series[i].name, kTextScale) + 16;
-  }
+  canvas.data_frame(area, size.height, x_axis.lo, x_axis.hi, y_axis.lo, y_axis.hi);
+  canvas.text_height(kTickPx);
+  draw_axes(x_axis, y_axis, chart.log_x);
   if (empty) {
-    const std::string none = "no data";
-    draw_text(image, (area.left + area.right - text_width(none, kTextScale)) / 2,
-              (area.top + area.bottom) / 2, none, kInk, kTextScale);
+    canvas.text_height(kLabelPx);
+    plptex((x_axis.lo + x_axis.hi) / 2, (y_axis.lo + y_axis.hi) / 2, 1, 0, 0.5, "no data");
   }
-
-  // The series, in order (later ones on top); a point alone gets a small square.
-  for (std::size_t i = 0; i < chart.series.size(); ++i) {
-    const Series& s = chart.series[i];
-    const std::uint8_t* colour = series_colour(i);
-    const auto plotted = [&](std::size_t j) {
-      return std::pair(px(chart.log_x ? std::log10(s.x[j]) : s.x[j]), py(s.y[j]));
-    };
-    for (std::size_t j = 0; j < s.x.size(); ++j) {
-      if (!usable(s.x[j], s.y[j], chart.log_x)) continue;
-      const auto [x, y] = plotted(j);
-      const bool before = j > 0 && usable(s.x[j - 1], s.y[j - 1], chart.log_x);
-      const bool after = j + 1 < s.x.size() && usable(s.x[j + 1], s.y[j + 1], chart.log_x);
-      if (before) {
-        const auto [x0, y0] = plotted(j - 1);
-        draw_line(image, x0, y0, x, y, colour, area);
-      } else if (!after) {
-        fill_rect(image, std::max(x - 2, area.left), std::max(y - 2, area.top),
-                  std::min(x + 3, area.right), std::min(y + 3, area.bottom), colour);
-      }
-    }
-  }
+  draw_series(chart);
+  draw_legend(canvas, chart);
 }
 
 }  // namespace
@@ -402,26 +339,6 @@ std::vector<double> nice_ticks(double lo, double hi, int max_ticks) {
 
 const std::uint8_t* series_colour(std::size_t i) { return kPalette[i % 10]; }
 
-int text_width(const std::string& text, int scale) {
-  if (text.empty()) return 0;
-  return (static_cast<int>(text.size()) * kAdvance - 1) * scale;
-}
-
-void draw_text(Image& image, int x, int y, const std::string& text, const std::uint8_t* colour,
-               int scale) {
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const std::uint8_t* columns = glyph(text[i]);
-    const int gx = x + static_cast<int>(i) * kAdvance * scale;
-    for (int col = 0; col < kGlyphWidth; ++col) {
-      for (int row = 0; row < kGlyphHeight; ++row) {
-        if (((columns[col] >> row) & 1) == 0) continue;
-        fill_rect(image, gx + col * scale, y + row * scale, gx + (col + 1) * scale,
-                  y + (row + 1) * scale, colour);
-      }
-    }
-  }
-}
-
 Image render_charts(const std::vector<Chart>& charts, const ChartSize& size) {
   if (charts.empty()) throw InvalidArgument("nothing to plot: no chart");
   if (size.width < kMarginLeft + kMarginRight + 50 ||
@@ -431,9 +348,32 @@ Image render_charts(const std::vector<Chart>& charts, const ChartSize& size) {
                           std::to_string(kMarginTop + kMarginBottom + 50) + " pixels, got " +
                           std::to_string(size.width) + " x " + std::to_string(size.height));
   }
-  Image image = Image::filled(size.width * static_cast<int>(charts.size()), size.height, 3, 255);
-  for (std::size_t i = 0; i < charts.size(); ++i) {
-    render_chart(image, static_cast<int>(i) * size.width, charts[i], size);
+  for (const Chart& chart : charts) {
+    for (const Series& s : chart.series) {
+      if (s.x.size() != s.y.size()) {
+        throw InvalidArgument("series '" + s.name + "' has " + std::to_string(s.x.size()) +
+                              " x values and " + std::to_string(s.y.size()) + " y values");
+      }
+    }
+  }
+  const int width = size.width * static_cast<int>(charts.size());
+  std::vector<std::uint8_t> rgba(
+      static_cast<std::size_t>(width) * static_cast<std::size_t>(size.height) * 4, 255);
+  {
+    const std::lock_guard<std::mutex> lock(plplot_mutex());
+    if (!have_memcairo()) {
+      throw ConfigError(
+          "the plotting library PLplot has no memcairo driver: install Debian's "
+          "plplot-driver-cairo (scripts/install_deps.sh does)");
+    }
+    const Canvas canvas(width, size.height, rgba);
+    for (std::size_t i = 0; i < charts.size(); ++i) {
+      render_chart(canvas, static_cast<int>(i) * size.width, charts[i], size);
+    }
+  }
+  Image image = Image::filled(width, size.height, 3, 255);
+  for (std::size_t i = 0, j = 0; i < image.pixels.size(); i += 3, j += 4) {
+    std::copy_n(rgba.data() + j, 3, image.pixels.data() + i);
   }
   return image;
 }

@@ -1,7 +1,7 @@
 #include "replicator/train/png.h"
 
+#include <png.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -29,25 +29,6 @@ std::size_t byte_count(int width, int height, int channels) {
          static_cast<std::size_t>(channels);
 }
 
-void put_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
-  out.push_back(static_cast<std::uint8_t>(v >> 24));
-  out.push_back(static_cast<std::uint8_t>(v >> 16));
-  out.push_back(static_cast<std::uint8_t>(v >> 8));
-  out.push_back(static_cast<std::uint8_t>(v));
-}
-
-// A chunk: length, type, data, and the CRC-32 of type and data.
-void put_chunk(std::vector<std::uint8_t>& out, const char (&type)[5],
-               std::span<const std::uint8_t> data) {
-  put_u32(out, static_cast<std::uint32_t>(data.size()));
-  const std::size_t type_at = out.size();
-  out.insert(out.end(), type, type + 4);
-  out.insert(out.end(), data.begin(), data.end());
-  const uLong crc = ::crc32(::crc32(0L, Z_NULL, 0), out.data() + type_at,
-                            static_cast<uInt>(out.size() - type_at));
-  put_u32(out, static_cast<std::uint32_t>(crc));
-}
-
 }  // namespace
 
 Image Image::filled(int width, int height, int channels, std::uint8_t fill) {
@@ -59,46 +40,33 @@ Image Image::filled(int width, int height, int channels, std::uint8_t fill) {
 std::vector<std::uint8_t> encode_png(int width, int height, int channels,
                                      std::span<const std::uint8_t> pixels) {
   check_shape(width, height, channels);
-  if (width == 0 || height == 0) {
-    throw InvalidArgument("a PNG needs at least one pixel, got " + std::to_string(width) + " x " +
-                          std::to_string(height));
+  if (width < 1 || height < 1) {
+    throw InvalidArgument("a PNG file needs at least 1 x 1 pixels, got " + std::to_string(width) +
+                          " x " + std::to_string(height));
   }
   if (pixels.size() != byte_count(width, height, channels)) {
-    throw InvalidArgument("a " + std::to_string(width) + " x " + std::to_string(height) + " x " +
-                          std::to_string(channels) + " image needs " +
+    throw InvalidArgument(std::to_string(width) + " x " + std::to_string(height) + " x " +
+                          std::to_string(channels) + " pixels need " +
                           std::to_string(byte_count(width, height, channels)) + " bytes, got " +
                           std::to_string(pixels.size()));
   }
-  // Scanlines with filter 0 (none) each: the pictures here are flat colours and lines,
-  // which deflate compresses well without a predictor.
-  const std::size_t row = static_cast<std::size_t>(width) * static_cast<std::size_t>(channels);
-  std::vector<std::uint8_t> raw;
-  raw.reserve((row + 1) * static_cast<std::size_t>(height));
-  for (int y = 0; y < height; ++y) {
-    raw.push_back(0);
-    const auto* begin = pixels.data() + static_cast<std::size_t>(y) * row;
-    raw.insert(raw.end(), begin, begin + row);
-  }
-  uLongf deflated_size = ::compressBound(static_cast<uLong>(raw.size()));
-  std::vector<std::uint8_t> deflated(deflated_size);
-  if (::compress2(deflated.data(), &deflated_size, raw.data(), static_cast<uLong>(raw.size()), 6) !=
-      Z_OK) {
-    throw InvalidArgument("zlib could not deflate a " + std::to_string(width) + " x " +
-                          std::to_string(height) + " image");
-  }
-  deflated.resize(deflated_size);
-
-  std::vector<std::uint8_t> png = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-  std::vector<std::uint8_t> ihdr;
-  put_u32(ihdr, static_cast<std::uint32_t>(width));
-  put_u32(ihdr, static_cast<std::uint32_t>(height));
-  // Bit depth 8; colour type 0 (gray), 2 (RGB) or 6 (RGBA); deflate, adaptive filters, no
-  // interlace.
-  const std::uint8_t colour_type = channels == 1 ? 0 : channels == 3 ? 2 : 6;
-  ihdr.insert(ihdr.end(), {8, colour_type, 0, 0, 0});
-  put_chunk(png, "IHDR", ihdr);
-  put_chunk(png, "IDAT", deflated);
-  put_chunk(png, "IEND", {});
+  // libpng's simplified API: no longjmp, errors in image.message.
+  png_image image{};
+  image.version = PNG_IMAGE_VERSION;
+  image.width = static_cast<png_uint_32>(width);
+  image.height = static_cast<png_uint_32>(height);
+  image.format = channels == 1 ? PNG_FORMAT_GRAY : channels == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_RGBA;
+  const auto stride = static_cast<png_int_32>(width * channels);
+  std::vector<std::uint8_t> png(PNG_IMAGE_PNG_SIZE_MAX(image));
+  png_alloc_size_t size = png.size();
+  const int written = png_image_write_to_memory(&image, png.data(), &size, /*convert_to_8bit=*/0,
+                                                pixels.data(), stride, /*colormap=*/nullptr);
+  const std::string message = image.message;
+  png_image_free(&image);
+  if (written == 0)
+    throw Error("libpng could not encode a " + std::to_string(width) + " x " +
+                std::to_string(height) + " image: " + message);
+  png.resize(size);
   return png;
 }
 

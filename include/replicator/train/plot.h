@@ -1,6 +1,7 @@
 // Line charts as pictures: series of (x, y) points, each in its own colour, on axes with
-// nice tick values, a title, axis labels and a legend; text in a built-in 5x7 bitmap font.
-// Several charts render side by side into one image (a 1 x k row of subplots).
+// nice tick values, a title, axis labels and a legend, drawn by the plotting library PLplot
+// (its cairo driver: antialiased lines and text, into memory). Several charts render side by
+// side into one image (a 1 x k row of subplots).
 #pragma once
 
 #include <cstdint>
@@ -51,17 +52,12 @@ std::vector<double> nice_ticks(double lo, double hi, int max_ticks = 6);
 // The colour of the i-th series, RGB (a palette of ten, then again).
 const std::uint8_t* series_colour(std::size_t i);
 
-// Renders `charts` side by side, each size.width x size.height, into one RGB image. Never
-// blocks. Throws InvalidArgument on an empty list, a too small size, or a series whose x
-// and y differ in length.
+// Renders `charts` side by side, each size.width x size.height, into one RGB image. Calls
+// are serialised on a lock of the process (PLplot's state is global); no other blocking.
+// Throws InvalidArgument on an empty list, a too small size, or a series whose x and y differ
+// in length; ConfigError when PLplot lacks its memcairo driver (Debian's
+// plplot-driver-cairo).
 Image render_charts(const std::vector<Chart>& charts, const ChartSize& size = {});
-
-// The width of `text` in pixels at `scale` (6 x scale per character) and draws it with its
-// top-left corner at (x, y) in `colour` (clipped to the image). Characters outside ASCII
-// 32..126 draw as '?'. Never throws.
-int text_width(const std::string& text, int scale = 1);
-void draw_text(Image& image, int x, int y, const std::string& text, const std::uint8_t* colour,
-               int scale = 1);
 
 // Charts of a metrics.jsonl file (one JSON object per line, as JobReporter writes): one
 // chart per group of `y_groups`, each series one field of the group against the field

@@ -1,5 +1,5 @@
-// Pictures as PNG files: an 8-bit image in memory, a writer (zlib's deflate, no libpng),
-// and a grid of equally sized images (a GAN's samples, one row per class).
+// Pictures as PNG files: an 8-bit image in memory, a writer (libpng), and a grid of equally
+// sized images (a GAN's samples, one row per class).
 #pragma once
 
 #include <cstdint>
@@ -30,8 +30,9 @@ struct Image {
 };
 
 // The bytes of a PNG file of `width` x `height` pixels with `channels` 1 (grayscale), 3
-// (RGB) or 4 (RGBA), 8 bits each, from `pixels` laid out as in Image. Never blocks. Throws
-// InvalidArgument on a bad size or channel count or a pixels span of the wrong length.
+// (RGB) or 4 (RGBA), 8 bits each, from `pixels` laid out as in Image, encoded by libpng.
+// Never blocks. Throws InvalidArgument on a size below 1 x 1, another channel count or a
+// pixels span of the wrong length; Error if libpng fails.
 std::vector<std::uint8_t> encode_png(int width, int height, int channels,
                                      std::span<const std::uint8_t> pixels);
 
