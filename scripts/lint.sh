@@ -2,7 +2,8 @@
 # Lint checks of the C++ sources and CMake files:
 #   1. no line over 100 columns (*.h, *.cc, CMakeLists.txt, *.cmake, *.cmake.in);
 #   2. clang-format (the repository's .clang-format) leaves *.h and *.cc unchanged;
-#   3. clang-tidy (the repository's .clang-tidy) reports no warning in the repository's files.
+#   3. no function over 120 lines (scripts/function_size.py, the whole tree);
+#   4. clang-tidy (the repository's .clang-tidy) reports no warning in the repository's files.
 #
 # Usage: scripts/lint.sh [BUILD_DIR]
 #   BUILD_DIR holds compile_commands.json (default: ROOT/build; scripts/build.sh writes it).
@@ -144,7 +145,20 @@ else
   summary clang-format ok "${#cxx_files[@]} files formatted ($(elapsed "$t0"))"
 fi
 
-# ---- 3. clang-tidy -----------------------------------------------------------------------------
+# ---- 3. Function size -----------------------------------------------------------------------------
+# No function over 120 lines (scripts/function_size.py; lambdas count in the function that holds
+# them), in the whole tree's C++ but generated code.
+t0="$(now)"
+if python3 "$ROOT/scripts/function_size.py" src include apps bench examples tests \
+  >"$tmp/size" 2>&1; then
+  summary function-size ok "no function over 120 lines ($(elapsed "$t0"))"
+else
+  sed 's/^/  /' "$tmp/size"
+  summary function-size FAIL \
+    "$(grep -c ' lines (at most' "$tmp/size") functions over 120 lines ($(elapsed "$t0"))"
+fi
+
+# ---- 4. clang-tidy -----------------------------------------------------------------------------
 t0="$(now)"
 tidy_mode="${LINT_TIDY:-auto}"
 if [[ "$tidy_mode" == off ]]; then
