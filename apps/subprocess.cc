@@ -29,16 +29,50 @@ std::string quote(const std::string& s) {
   return q + "'";
 }
 
+namespace {
+
+// The last `limit` bytes of the file at `path`, from a line's start where one falls inside.
+std::string file_tail(const std::string& path, std::size_t limit) {
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return {};
+  std::string text;
+  std::array<char, 4096> chunk;
+  std::size_t n = 0;
+  while ((n = std::fread(chunk.data(), 1, chunk.size(), f)) > 0) {
+    text.append(chunk.data(), n);
+    if (text.size() > 2 * limit) text.erase(0, text.size() - limit);
+  }
+  std::fclose(f);
+  if (text.size() > limit) {
+    text.erase(0, text.size() - limit);
+    const std::size_t line = text.find('\n');
+    if (line != std::string::npos) text.erase(0, line + 1);
+  }
+  return text;
+}
+
+}  // namespace
+
 std::string run_capture(const std::string& command) {
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) throw Error("cannot start: " + command);
+  char stderr_path[] = "/tmp/replicator-stderr-XXXXXX";
+  const int fd = ::mkstemp(stderr_path);
+  if (fd < 0) throw Error(std::string("cannot make a file for stderr: ") + std::strerror(errno));
+  ::close(fd);
+  const std::string shell = "(" + command + ") 2>" + quote(stderr_path);
+  FILE* pipe = ::popen(shell.c_str(), "r");
+  if (pipe == nullptr) {
+    ::unlink(stderr_path);
+    throw Error("cannot start: " + command);
+  }
   std::string out;
   std::array<char, 4096> chunk;
   while (std::fgets(chunk.data(), chunk.size(), pipe) != nullptr) out += chunk.data();
   const int status = ::pclose(pipe);
+  const std::string err = status != 0 ? file_tail(stderr_path, 3000) : std::string();
+  ::unlink(stderr_path);
   if (status != 0) {
     throw Error("benchmark run failed (exit status " + std::to_string(WEXITSTATUS(status)) +
-                "): " + command);
+                "): " + command + (err.empty() ? "" : "\nits stderr ended with:\n" + err));
   }
   return out;
 }

@@ -17,8 +17,9 @@ std::string self_path();
 // `s` quoted for the shell (single quotes).
 std::string quote(const std::string& s);
 
-// Runs `command` through the shell and returns its stdout. BLOCKS until it exits. Throws Error
-// if it cannot start or exits non-zero (the message names the command and its status).
+// Runs `command` through the shell and returns its stdout; its stderr goes to a temporary
+// file. BLOCKS until it exits. Throws Error if it cannot start or exits non-zero (the message
+// names the command, its status and the last lines of its stderr).
 std::string run_capture(const std::string& command);
 
 // The last JSON object printed in `output` (a line, possibly behind a "[rank N] " prefix)

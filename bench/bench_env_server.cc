@@ -75,7 +75,7 @@ int run(const Flags& f) {
   }
   const std::string in_process = quote(f.python) + " " + quote(f.server_script) + " --bench " +
                                  quote(f.env) + " --envs " + std::to_string(f.envs) +
-                                 " --seconds " + std::to_string(f.seconds) + " 2>/dev/null";
+                                 " --seconds " + std::to_string(f.seconds);
   const int port = free_loopback_ports();
   const BackgroundChild server({f.python, f.server_script, "--port", std::to_string(port)});
   const std::string address = "127.0.0.1:" + std::to_string(port);

@@ -217,7 +217,7 @@ int run_bench_rl(const BenchRlFlags& f) {
       }
     }
     for (std::size_t k = 0; k < jobs.size(); ++k) {
-      const std::string& command = jobs[k].second + " 2>/dev/null";
+      const std::string& command = jobs[k].second;
       const Json result = result_with(run_capture(command), "frames_per_s", command);
       rows[first_job + k].values.push_back(result["frames_per_s"].get<double>());
     }

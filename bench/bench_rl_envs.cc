@@ -46,10 +46,10 @@ std::vector<double> envpool_fps(const Flags& f, int threads) {
                  f.python.c_str());
     return {};
   }
-  const std::string command =
-      f.python + " " + f.envpool_script + " --num-envs " + std::to_string(f.num_envs) +
-      " --steps " + std::to_string(std::max(f.steps / 4, 100)) + " --repeats " +
-      std::to_string(f.repeats) + " --threads " + std::to_string(threads) + " 2>/dev/null";
+  const std::string command = f.python + " " + f.envpool_script + " --num-envs " +
+                              std::to_string(f.num_envs) + " --steps " +
+                              std::to_string(std::max(f.steps / 4, 100)) + " --repeats " +
+                              std::to_string(f.repeats) + " --threads " + std::to_string(threads);
   std::vector<double> fps;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return fps;

@@ -174,7 +174,7 @@ int run(const Flags& f) {
             sized(f.seconds, [&](std::int64_t n) { return over_grpc(u, n, streams); }));
       }
     }
-    const std::string threads = job + " --actors 2 2>/dev/null";
+    const std::string threads = job + " --actors 2";
     rows[row++].values.push_back(
         result_with(run_capture(threads), "frames_per_s", threads)["frames_per_s"].get<double>());
     const std::string address = "127.0.0.1:" + std::to_string(free_loopback_ports());
@@ -184,7 +184,7 @@ int run(const Flags& f) {
                                               "--learner", address};
       const BackgroundChild first(actor, std::chrono::seconds(10));
       const BackgroundChild second(actor, std::chrono::seconds(10));
-      const std::string processes = job + " --remote-actors 2 --listen " + address + " 2>/dev/null";
+      const std::string processes = job + " --remote-actors 2 --listen " + address;
       rows[row++].values.push_back(
           result_with(run_capture(processes), "frames_per_s", processes)["frames_per_s"]
               .get<double>());

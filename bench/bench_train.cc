@@ -103,23 +103,23 @@ std::string command_for(const BenchTrainFlags& f, const Configuration& c, Memory
                           " --timed-after " + std::to_string(f.warmup) + " --threads " +
                           std::to_string(c.threads) + " --memory " + mode;
   if (c.engine == "local") {
-    return self + job + " --replicas " + std::to_string(c.replicas) + " 2>/dev/null";
+    return self + job + " --replicas " + std::to_string(c.replicas);
   }
   if (c.engine == "mpi") {
     return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np " +
            std::to_string(c.processes) + " --oversubscribe --bind-to none " + self + job +
-           " --replicas 1 2>/dev/null";
+           " --replicas 1";
   }
   if (c.engine == "gloo") {
     return self + " launch -n " + std::to_string(c.processes) + " -- " + self + job +
-           " --replicas 1 2>/dev/null";
+           " --replicas 1";
   }
   // ddp-gloo: the same memory setting through glibc's environment variables.
   return memory_mode_environment(memory) + " " + quote(f.python) + " " + quote(f.ddp_script) +
          " --processes " + std::to_string(c.processes) + " --threads " + std::to_string(c.threads) +
          " --batch " + std::to_string(f.batch) + " --steps " + std::to_string(f.steps) +
          " --warmup " + std::to_string(f.warmup) + model + (gan ? " --json" : "") +
-         (c.channels_last ? " --channels-last" : "") + " 2>/dev/null";
+         (c.channels_last ? " --channels-last" : "");
 }
 
 int run_bench_train(const BenchTrainFlags& f) {

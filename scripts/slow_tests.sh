@@ -31,6 +31,6 @@ for sanitizer in address thread; do
     >/dev/null
   cmake --build "$out" -j"${JOBS:-2}" --target torch_tests data_tests
   ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" \
-    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/tests/tsan.supp" \
     ctest --test-dir "$out" --no-tests=error --output-on-failure -R '^(torch|data)_tests$'
 done

@@ -36,7 +36,7 @@ BUILD_TYPE=RelWithDebInfo "$root/scripts/build.sh" "$root/build-tsan" \
   -DREPLICATOR_SANITIZE=thread "${core_only[@]}"
 # The environments' conformance with their Python references is single-threaded: it runs in
 # the release and AddressSanitizer builds.
-TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/tests/tsan.supp" \
   run_ctest --test-dir "$root/build-tsan" -j2 -L unit -E '^rl_conformance_'
 
 echo "== AddressSanitizer: core tests"
