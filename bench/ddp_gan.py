@@ -302,6 +302,14 @@ def worker(rank, args, rendezvous, queue):
     del G, D
     dist.destroy_process_group()
     del losses, held
+    # Under torch 2.x a worker now and then aborts in the interpreter's own finalization
+    # ("terminate called without an active exception", no Python frame left): leave without
+    # it, once the result is through the queue.
+    queue.close()
+    queue.join_thread()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def main():

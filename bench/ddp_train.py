@@ -9,6 +9,7 @@ import argparse
 import gzip
 import json
 import os
+import sys
 import shutil
 import tempfile
 import time
@@ -100,6 +101,13 @@ def worker(rank, args, rendezvous, queue):
     if rank == 0:
         queue.put(args.steps * args.batch / seconds)
     dist.destroy_process_group()
+    # As in ddp_gan.py: leave without the interpreter's finalization, where torch 2.x now
+    # and then aborts, once the result is through the queue.
+    queue.close()
+    queue.join_thread()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def main():
