@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "apps/exec_self.h"
+#include "replicator/launch/subprocess.h"
 
 namespace replicator::apps {
 namespace {
@@ -59,7 +59,7 @@ void choose_blas_kernels(char** argv) {
   if (threads_set && better.empty()) return;
   if (!threads_set) ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
   if (!better.empty()) ::setenv("OPENBLAS_CORETYPE", better.c_str(), 1);
-  exec_self(argv);
+  launch::exec_self(argv);
   // Still here: the exec failed. Leave the environment as it was, so that the processes this
   // one starts run the BLAS as it does.
   if (!threads_set) ::unsetenv("OPENBLAS_NUM_THREADS");

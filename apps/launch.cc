@@ -32,11 +32,11 @@
 #include <vector>
 
 #include "apps/command.h"
-#include "apps/subprocess.h"
 #include "replicator/config.h"
 #include "replicator/errors.h"
 #include "replicator/launch/elastic.h"
 #include "replicator/launch/launcher.h"
+#include "replicator/launch/subprocess.h"
 
 namespace replicator::apps {
 
@@ -61,62 +61,6 @@ struct LaunchFlags {
   std::string rdzv_timeout = "5m";
   std::string last_call = "3s";
 };
-
-// What the learner processes and the actors run, for --actors: the learner's command gets
-// its flags appended; actor i plays for learner process i mod P.
-launch::LaunchOptions plan_actors(const LaunchFlags& flags, launch::LaunchOptions plan) {
-  for (const std::string& arg : flags.command) {
-    for (const char* ours : {"--remote-actors", "--listen"}) {
-      if (arg == ours || arg.rfind(std::string(ours) + "=", 0) == 0) {
-        throw ConfigError(std::string("launch: with --actors the launcher sets ") + ours +
-                          " of the learner itself; leave it out of the command (use "
-                          "--actor-port for the port)");
-      }
-    }
-  }
-  if (flags.actors % flags.processes != 0) {
-    throw ConfigError("launch: --actors (" + std::to_string(flags.actors) +
-                      ") must be a multiple of -n (" + std::to_string(flags.processes) +
-                      "): every learner process waits for the same number of actors");
-  }
-  const int port = flags.actor_port != 0 ? flags.actor_port : free_loopback_ports(flags.processes);
-  if (port < 1 || port + flags.processes - 1 > 65535) {
-    throw ConfigError("launch: --actor-port must leave " + std::to_string(flags.processes) +
-                      " ports below 65536, got " + std::to_string(port));
-  }
-  const std::string host = flags.host.empty() ? "127.0.0.1" : flags.host;
-  plan.command.insert(plan.command.end(),
-                      {"--remote-actors", std::to_string(flags.actors / flags.processes),
-                       "--listen", host + ":" + std::to_string(port)});
-  std::string learners;
-  for (int p = 0; p < flags.processes; ++p) {
-    learners += (p == 0 ? "" : ",") + host + ":" + std::to_string(port + p);
-  }
-  const std::string self = self_path();
-  for (int i = 0; i < flags.actors; ++i) {
-    plan.actors.push_back({self, "rl", "actor", "--learner", learners, "--id", std::to_string(i)});
-  }
-  return plan;
-}
-
-std::pair<int, int> parse_nnodes(const std::string& text) {
-  const auto bad = [&] {
-    return ConfigError("launch: --nnodes must be N or MIN:MAX with 1 <= MIN <= MAX, got '" + text +
-                       "'");
-  };
-  const auto number = [&](const std::string& part) {
-    if (part.empty() || part.size() > 6 ||
-        part.find_first_not_of("0123456789") != std::string::npos) {
-      throw bad();
-    }
-    return std::stoi(part);
-  };
-  const auto colon = text.find(':');
-  const int min = number(text.substr(0, colon));
-  const int max = colon == std::string::npos ? min : number(text.substr(colon + 1));
-  if (min < 1 || max < min) throw bad();
-  return {min, max};
-}
 
 std::chrono::milliseconds duration_flag(const std::string& text, const std::string& flag) {
   const auto d = std::chrono::duration_cast<std::chrono::milliseconds>(parse_duration(text, flag));
@@ -206,7 +150,10 @@ Command add_launch(CLI::App& app) {
           options.actor_restarts = flags->actor_restarts;
           // (run_processes refuses fewer than 1 process.)
           if (flags->actors > 0 && flags->processes > 0) {
-            options = plan_actors(*flags, std::move(options));
+            options =
+                launch::with_remote_actors(std::move(options), {.actors = flags->actors,
+                                                                .port = flags->actor_port,
+                                                                .program = launch::self_path()});
           }
           return launch::run_processes(options);
         }
@@ -220,7 +167,7 @@ Command add_launch(CLI::App& app) {
         }
         launch::ElasticOptions options;
         std::tie(options.min_hosts, options.max_hosts) =
-            parse_nnodes(flags->nnodes.empty() ? "1" : flags->nnodes);
+            launch::parse_host_range(flags->nnodes.empty() ? "1" : flags->nnodes);
         options.processes = flags->processes;
         options.local_replicas = flags->local_replicas;
         options.host = flags->host;

@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "apps/exec_self.h"
 #include "replicator/errors.h"
+#include "replicator/launch/subprocess.h"
 
 namespace replicator::apps {
 namespace {
@@ -50,7 +50,7 @@ void apply_memory_mode(MemoryMode mode, char** argv) {
         std::string(kJemalloc) + (preload != nullptr ? std::string(" ") + preload : "");
     ::setenv("LD_PRELOAD", with.c_str(), 1);
     if (std::getenv("MALLOC_CONF") == nullptr) ::setenv("MALLOC_CONF", kJemallocConf, 1);
-    exec_self(argv);
+    launch::exec_self(argv);
     ::unsetenv(kMarker);  // exec failed: carry on below
   }
   std::fprintf(stderr,

@@ -1,5 +1,5 @@
 // `replicator rl actor`: one IMPALA actor in a process of its own, fed by a learner of
-// `replicator train impala --remote-actors N` over gRPC (apps/train/impala.h). Prints what it
+// `replicator train impala --remote-actors N` over gRPC (replicator/train/impala.h). Prints what it
 // did on stderr (and, with --json, one JSON object on stdout).
 #include <cmath>
 #include <cstdio>
@@ -11,12 +11,16 @@
 #include "apps/command.h"
 #include "apps/job_flags.h"
 #include "apps/memory.h"
-#include "apps/train/impala.h"
 #include "replicator/config.h"
+#include "replicator/train/impala.h"
 #include "replicator/train/reporter.h"
 
 namespace replicator::apps {
 namespace {
+
+using train::RemoteActorOptions;
+using train::RemoteActorResult;
+using train::run_remote_actor;
 
 struct ActorFlags {
   std::string learners;

@@ -1,5 +1,5 @@
 // `replicator timeline`: where each replica's time went, from a job's timeline files
-// (apps/timeline_summary.h).
+// (replicator/train/timeline_summary.h).
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "apps/command.h"
-#include "apps/timeline_summary.h"
 #include "replicator/errors.h"
+#include "replicator/train/timeline_summary.h"
 
 namespace replicator::apps {
 namespace {
@@ -32,9 +32,9 @@ int run_timeline(const TimelineFlags& f) {
     text << in.rdbuf();
     texts.push_back(text.str());
   }
-  const TimelineSummary s = summarize_timelines(texts, f.files);
+  const train::TimelineSummary s = train::summarize_timelines(texts, f.files);
   if (f.json) {
-    for (const ReplicaTime& r : s.replicas) {
+    for (const train::ReplicaTime& r : s.replicas) {
       nlohmann::json j{{"type", "replica"},
                        {"replica", r.name},
                        {"process", r.process},
@@ -52,7 +52,7 @@ int run_timeline(const TimelineFlags& f) {
     return 0;
   }
   std::set<int> processes;
-  for (const ReplicaTime& r : s.replicas) processes.insert(r.process);
+  for (const train::ReplicaTime& r : s.replicas) processes.insert(r.process);
   std::printf(
       "# %zu replica%s in %zu process%s; %lld collectives made by every replica "
       "(matched by step and sequence number)%s\n",
@@ -62,7 +62,7 @@ int run_timeline(const TimelineFlags& f) {
                       : "");
   std::printf("%-22s %10s %11s %14s %9s %9s %12s %14s\n", "replica", "span_s", "collectives",
               "in_collectives", "waiting", "rest", "rest/call_us", "last_to_arrive");
-  for (const ReplicaTime& r : s.replicas) {
+  for (const train::ReplicaTime& r : s.replicas) {
     const double rest = r.matched_us - r.waiting_us;
     std::printf("%-22s %10.3f %11lld %13.1f%% %8.1f%% %8.1f%% %12.2f %13.0f%%\n", r.name.c_str(),
                 r.span_us * 1e-6, static_cast<long long>(r.collectives),

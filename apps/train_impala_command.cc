@@ -1,4 +1,4 @@
-// `replicator train impala`: the IMPALA job (apps/train/impala.h) from the command line.
+// `replicator train impala`: the IMPALA job (replicator/train/impala.h) from the command line.
 // Prints the result on stderr (and, with --json, one JSON object on stdout).
 #include <cmath>
 #include <cstdio>
@@ -9,12 +9,16 @@
 #include "apps/command.h"
 #include "apps/job_flags.h"
 #include "apps/memory.h"
-#include "apps/train/impala.h"
 #include "replicator/errors.h"
+#include "replicator/train/impala.h"
 #include "replicator/train/reporter.h"
 
 namespace replicator::apps {
 namespace {
+
+using train::ImpalaOptions;
+using train::ImpalaResult;
+using train::train_impala;
 
 struct ImpalaFlags {
   ImpalaOptions options;

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "apps/command.h"
-#include "apps/subprocess.h"
 #include "bench/bench_rows.h"
 #include "replicator/errors.h"
+#include "replicator/launch/subprocess.h"
 #include "replicator/rl/env.h"
 #ifdef REPLICATOR_HAVE_GRPC
 #include "replicator/rl/remote.h"
@@ -29,6 +29,12 @@
 
 namespace replicator::apps {
 namespace {
+
+using bench::result_with;
+using launch::BackgroundChild;
+using launch::free_loopback_ports;
+using launch::quote;
+using launch::run_capture;
 
 using Clock = std::chrono::steady_clock;
 

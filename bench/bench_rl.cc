@@ -33,10 +33,10 @@
 #include "apps/blas.h"
 #include "apps/command.h"
 #include "apps/memory.h"
-#include "apps/subprocess.h"
 #include "bench/bench_rows.h"
 #include "bench/env_speed.h"
 #include "replicator/errors.h"
+#include "replicator/launch/subprocess.h"
 #include "replicator/replicator.h"
 #include "replicator/rl/learner.h"
 #include "replicator/rl/policy.h"
@@ -44,6 +44,11 @@
 
 namespace replicator::apps {
 namespace {
+
+using bench::result_with;
+using launch::quote;
+using launch::run_capture;
+using launch::self_path;
 
 using Json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;

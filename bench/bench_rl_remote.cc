@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "apps/command.h"
-#include "apps/subprocess.h"
 #include "bench/bench_rows.h"
 #include "replicator/errors.h"
+#include "replicator/launch/subprocess.h"
 #include "replicator/rl/env.h"
 #include "replicator/rl/trajectory_queue.h"
 #include "replicator/rl/unroll.h"
@@ -33,6 +33,13 @@
 
 namespace replicator::apps {
 namespace {
+
+using bench::result_with;
+using launch::BackgroundChild;
+using launch::free_loopback_ports;
+using launch::quote;
+using launch::run_capture;
+using launch::self_path;
 
 using Clock = std::chrono::steady_clock;
 

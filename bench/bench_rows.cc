@@ -55,4 +55,26 @@ void print_bench_ratios(const std::vector<std::pair<std::string, double>>& ratio
   }
 }
 
+nlohmann::ordered_json result_with(const std::string& output, const std::string& field,
+                                   const std::string& command) {
+  nlohmann::ordered_json found;
+  std::size_t start = 0;
+  while (start < output.size()) {
+    const std::size_t end = output.find('\n', start);
+    const std::string line =
+        output.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    const std::size_t brace = line.find('{');
+    if (brace != std::string::npos && line.find(field) != std::string::npos) {
+      auto j = nlohmann::ordered_json::parse(line.substr(brace), nullptr,
+                                             /*allow_exceptions=*/false);
+      if (j.is_object() && j.contains(field)) found = std::move(j);
+    }
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  if (found.is_null())
+    throw Error("no result line with \"" + field + "\" in the output of: " + command);
+  return found;
+}
+
 }  // namespace replicator::bench

@@ -37,4 +37,9 @@ std::map<std::string, double> print_bench_rows(const std::vector<BenchRow>& rows
 void print_bench_ratios(const std::vector<std::pair<std::string, double>>& ratios,
                         const BenchPrint& how);
 
+// The last JSON object printed in `output` (a line, possibly behind a "[rank N] " prefix)
+// that has the field `field`. Throws Error naming `command` when there is none.
+nlohmann::ordered_json result_with(const std::string& output, const std::string& field,
+                                   const std::string& command);
+
 }  // namespace replicator::bench

@@ -29,12 +29,18 @@
 #include "apps/blas.h"
 #include "apps/command.h"
 #include "apps/memory.h"
-#include "apps/subprocess.h"
+#include "bench/bench_rows.h"
 #include "bench/median.h"
 #include "replicator/errors.h"
+#include "replicator/launch/subprocess.h"
 
 namespace replicator::apps {
 namespace {
+
+using bench::result_with;
+using launch::quote;
+using launch::run_capture;
+using launch::self_path;
 
 using Json = nlohmann::ordered_json;
 using bench::median;

@@ -466,4 +466,23 @@ int run_elastic(const ElasticOptions& options) {
   return agent.run();
 }
 
+std::pair<int, int> parse_host_range(const std::string& text) {
+  const auto bad = [&] {
+    return ConfigError("launch: --nnodes must be N or MIN:MAX with 1 <= MIN <= MAX, got '" + text +
+                       "'");
+  };
+  const auto number = [&](const std::string& part) {
+    if (part.empty() || part.size() > 6 ||
+        part.find_first_not_of("0123456789") != std::string::npos) {
+      throw bad();
+    }
+    return std::stoi(part);
+  };
+  const auto colon = text.find(':');
+  const int min = number(text.substr(0, colon));
+  const int max = colon == std::string::npos ? min : number(text.substr(colon + 1));
+  if (min < 1 || max < min) throw bad();
+  return {min, max};
+}
+
 }  // namespace replicator::launch

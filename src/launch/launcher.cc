@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "replicator/errors.h"
+#include "replicator/launch/subprocess.h"
 #include "replicator/launch/workers.h"
 #include "src/base/launch_env.h"
 #include "src/launch/common.h"
@@ -145,6 +146,41 @@ int run_processes(const LaunchOptions& options) {
   }
   workers.clear();
   return failure ? 1 : 0;
+}
+
+LaunchOptions with_remote_actors(LaunchOptions plan, const RemoteActors& a) {
+  for (const std::string& arg : plan.command) {
+    for (const char* ours : {"--remote-actors", "--listen"}) {
+      if (arg == ours || arg.rfind(std::string(ours) + "=", 0) == 0) {
+        throw ConfigError(std::string("launch: with --actors the launcher sets ") + ours +
+                          " of the learner itself; leave it out of the command (use "
+                          "--actor-port for the port)");
+      }
+    }
+  }
+  const int processes = plan.processes;
+  if (a.actors % processes != 0) {
+    throw ConfigError("launch: --actors (" + std::to_string(a.actors) +
+                      ") must be a multiple of -n (" + std::to_string(processes) +
+                      "): every learner process waits for the same number of actors");
+  }
+  const int port = a.port != 0 ? a.port : free_loopback_ports(processes);
+  if (port < 1 || port + processes - 1 > 65535) {
+    throw ConfigError("launch: --actor-port must leave " + std::to_string(processes) +
+                      " ports below 65536, got " + std::to_string(port));
+  }
+  const std::string host = plan.host.empty() ? "127.0.0.1" : plan.host;
+  plan.command.insert(plan.command.end(), {"--remote-actors", std::to_string(a.actors / processes),
+                                           "--listen", host + ":" + std::to_string(port)});
+  std::string learners;
+  for (int p = 0; p < processes; ++p) {
+    learners += (p == 0 ? "" : ",") + host + ":" + std::to_string(port + p);
+  }
+  for (int i = 0; i < a.actors; ++i) {
+    plan.actors.push_back(
+        {a.program, "rl", "actor", "--learner", learners, "--id", std::to_string(i)});
+  }
+  return plan;
 }
 
 }  // namespace replicator::launch

@@ -1,6 +1,7 @@
 // The launch layer's API on real processes (/bin/sh children): the plain launcher's
 // environment, exit codes, failure release and actor restarts; the elastic agent's restart
-// after a failure and its refusal of options that cannot work.
+// after a failure and its refusal of options that cannot work; the actors of an IMPALA
+// learner added to a plan, and the elastic job's host range.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "replicator/errors.h"
@@ -141,6 +143,46 @@ TEST_F(LaunchTest, ElasticOptionsThatCannotWorkAreConfigErrors) {
   options.command = sh("true");
   options.rdzv = "file://relative";
   EXPECT_THROW(run_elastic(options), ConfigError);
+}
+
+TEST(RemoteActorsTest, TheLearnerGetsItsFlagsAndEachActorItsLearners) {
+  LaunchOptions plan;
+  plan.processes = 2;
+  plan.command = {"replicator", "train", "impala"};
+  const LaunchOptions with =
+      with_remote_actors(plan, {.actors = 4, .port = 4000, .program = "/bin/replicator"});
+  EXPECT_EQ(with.command,
+            (std::vector<std::string>{"replicator", "train", "impala", "--remote-actors", "2",
+                                      "--listen", "127.0.0.1:4000"}));
+  ASSERT_EQ(with.actors.size(), 4u);
+  EXPECT_EQ(with.actors[3],
+            (std::vector<std::string>{"/bin/replicator", "rl", "actor", "--learner",
+                                      "127.0.0.1:4000,127.0.0.1:4001", "--id", "3"}));
+  plan.host = "10.0.0.7";
+  const LaunchOptions free = with_remote_actors(plan, {.actors = 2, .program = "r"});
+  const std::string listen = free.command.back();
+  ASSERT_EQ(listen.rfind("10.0.0.7:", 0), 0u) << listen;
+  const int port = std::stoi(listen.substr(9));
+  EXPECT_GT(port, 0);
+  EXPECT_EQ(free.actors[0][4], listen + ",10.0.0.7:" + std::to_string(port + 1));
+}
+
+TEST(RemoteActorsTest, PlansThatCannotWorkAreConfigErrors) {
+  LaunchOptions plan;
+  plan.processes = 2;
+  plan.command = {"replicator", "train", "impala"};
+  EXPECT_THROW(with_remote_actors(plan, {.actors = 3, .port = 4000}), ConfigError);
+  EXPECT_THROW(with_remote_actors(plan, {.actors = 2, .port = 65535}), ConfigError);
+  plan.command.push_back("--listen=0.0.0.0:5");
+  EXPECT_THROW(with_remote_actors(plan, {.actors = 2, .port = 4000}), ConfigError);
+}
+
+TEST(HostRangeTest, NOrMinMax) {
+  EXPECT_EQ(parse_host_range("3"), std::make_pair(3, 3));
+  EXPECT_EQ(parse_host_range("1:4"), std::make_pair(1, 4));
+  for (const char* bad : {"", "0", "4:2", "x", "1:", ":2", "-1", "1234567"}) {
+    EXPECT_THROW(parse_host_range(bad), ConfigError) << bad;
+  }
 }
 
 }  // namespace

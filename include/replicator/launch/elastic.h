@@ -26,6 +26,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace replicator::launch {
@@ -45,6 +46,11 @@ struct ElasticOptions {
   std::chrono::milliseconds rdzv_timeout{300000};
   std::chrono::milliseconds last_call{3000};
 };
+
+// The hosts of an elastic job from "N" (min = max = N) or "MIN:MAX" (`--nnodes`), as
+// {min, max}. Never blocks. Throws ConfigError unless 1 <= MIN <= MAX (numbers of at most 6
+// digits).
+std::pair<int, int> parse_host_range(const std::string& text);
 
 // Runs this host's agent until the job is done (returns 0), gives up (1: restarts used up,
 // fewer than MIN hosts within `rdzv_timeout`), or is interrupted (128 + the signal). Prints

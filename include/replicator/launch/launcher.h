@@ -35,6 +35,21 @@ struct LaunchOptions {
   std::chrono::milliseconds actors_finish_grace{10000};
 };
 
+// The actor processes of an IMPALA learner (`replicator launch --actors K`): the learner is the
+// job's P processes, each waiting for K/P actors (`replicator rl actor`).
+struct RemoteActors {
+  int actors = 0;       // K: a multiple of the job's processes
+  int port = 0;         // where learner process 0 serves them (process r: port + r); 0: free ones
+  std::string program;  // the `replicator` program the actors run
+};
+
+// `plan` with the learner's command given `--remote-actors K/P --listen HOST:PORT` (HOST:
+// plan.host, or 127.0.0.1) and K actors, actor i running `program rl actor --learner
+// HOST:PORT,...,HOST:PORT+P-1 --id i` (it plays for learner process i mod P). Never blocks.
+// Throws ConfigError when the command already sets --remote-actors or --listen, when K is
+// not a multiple of P, or when the ports would pass 65535; Error when no free ports are found.
+LaunchOptions with_remote_actors(LaunchOptions plan, const RemoteActors& actors);
+
 // Starts the processes and the actors and returns when every process of the job has exited
 // (and the actors were stopped): 0 when all exited 0, 1 when one failed (or the launcher was
 // interrupted: SIGINT and SIGTERM are forwarded to every child), 2 when one could not be

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace replicator::apps {
+namespace replicator::train {
 
 struct ReplicaTime {
   std::string name;  // "replica <id>" (the timeline's thread name), or "process P thread T"
@@ -49,4 +49,4 @@ struct TimelineSummary {
 TimelineSummary summarize_timelines(const std::vector<std::string>& texts,
                                     const std::vector<std::string>& sources);
 
-}  // namespace replicator::apps
+}  // namespace replicator::train

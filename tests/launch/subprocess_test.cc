@@ -1,6 +1,6 @@
 // Running a benchmark's peer: its stdout comes back, its stderr is kept aside and shown
 // (its end) only when it fails.
-#include "apps/subprocess.h"
+#include "replicator/launch/subprocess.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 
 #include "replicator/errors.h"
 
-namespace replicator::apps {
+namespace replicator::launch {
 namespace {
 
 TEST(RunCapture, ReturnsStdoutAndLeavesStderrOut) {
@@ -45,4 +45,4 @@ TEST(RunCapture, AFailureWithNothingOnStderrSaysOnlyTheStatus) {
 }
 
 }  // namespace
-}  // namespace replicator::apps
+}  // namespace replicator::launch

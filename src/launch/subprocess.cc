@@ -1,4 +1,4 @@
-#include "apps/subprocess.h"
+#include "replicator/launch/subprocess.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -19,9 +19,19 @@
 
 #include "replicator/errors.h"
 
-namespace replicator::apps {
+namespace replicator::launch {
 
 std::string self_path() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
+
+void exec_self(char** argv) noexcept {
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    ::execv(self, argv);
+  }
+  ::execv("/proc/self/exe", argv);
+}
 
 std::string quote(const std::string& s) {
   std::string q = "'";
@@ -75,28 +85,6 @@ std::string run_capture(const std::string& command) {
                 "): " + command + (err.empty() ? "" : "\nits stderr ended with:\n" + err));
   }
   return out;
-}
-
-nlohmann::ordered_json result_with(const std::string& output, const std::string& field,
-                                   const std::string& command) {
-  nlohmann::ordered_json found;
-  std::size_t start = 0;
-  while (start < output.size()) {
-    const std::size_t end = output.find('\n', start);
-    const std::string line =
-        output.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    const std::size_t brace = line.find('{');
-    if (brace != std::string::npos && line.find(field) != std::string::npos) {
-      auto j = nlohmann::ordered_json::parse(line.substr(brace), nullptr,
-                                             /*allow_exceptions=*/false);
-      if (j.is_object() && j.contains(field)) found = std::move(j);
-    }
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  if (found.is_null())
-    throw Error("no result line with \"" + field + "\" in the output of: " + command);
-  return found;
 }
 
 namespace {
@@ -172,4 +160,4 @@ BackgroundChild::~BackgroundChild() {
   ::waitpid(pid_, nullptr, 0);
 }
 
-}  // namespace replicator::apps
+}  // namespace replicator::launch

@@ -2,8 +2,12 @@
 // policy and feed a rate-limited trajectory queue; a learner replicated over every replica of
 // the job (threads, or processes over mpi or gloo, each process with its own actors and
 // queue, as the IMPALA paper's synchronous learners) learns from batches of unrolls with
-// V-trace and publishes each new version. Free of LibTorch types, so the command line can
-// include it cheaply.
+// V-trace and publishes each new version; actors may also be processes of their own
+// (run_remote_actor) that reach a learner process over gRPC. A program calls train_impala as
+// `replicator train impala` does; the job is the train layer's skeleton (job.h) with the rl
+// layer's actors, queue and learner. Free of LibTorch types, so a command line can include
+// it cheaply. Built with LibTorch; remote actors and env servers need gRPC (without it,
+// ConfigError).
 #pragma once
 
 #include <chrono>
@@ -15,12 +19,12 @@
 
 #include "replicator/train/job_options.h"
 
-namespace replicator::apps {
+namespace replicator::train {
 
 // The options every job shares (engine and local learner replicas, seed, out, tensorboard,
-// resume, checkpoints, threads, progress) are train::JobOptions'; `out` holds metrics.jsonl,
+// resume, checkpoints, threads, progress) are JobOptions'; `out` holds metrics.jsonl,
 // checkpoints and learning_curve.png, and a checkpoint is always written at the end.
-struct ImpalaOptions : train::JobOptions {
+struct ImpalaOptions : JobOptions {
   // cartpole, a MinAtar game, or gym:<gymnasium id> stepped in env servers (below).
   std::string env = "cartpole";
   // host:port of the env servers (python/env_server.py) a "gym:" environment lives in; actor
@@ -60,12 +64,12 @@ struct ImpalaOptions : train::JobOptions {
   int report_every = 10;  // learner steps between progress lines / metrics
 };
 
-struct ImpalaResult : train::JobResult {  // steps: learner steps
-  int actors = 0;                         // over all processes
-  std::int64_t frames = 0;                // frames learned from in total
-  std::int64_t played = 0;                // frames the actors of this run played (all processes)
-  std::int64_t episodes = 0;              // episodes finished in this run (all processes)
-  double frames_per_s = 0;                // frames learned from per second in this run
+struct ImpalaResult : JobResult {  // steps: learner steps
+  int actors = 0;                  // over all processes
+  std::int64_t frames = 0;         // frames learned from in total
+  std::int64_t played = 0;         // frames the actors of this run played (all processes)
+  std::int64_t episodes = 0;       // episodes finished in this run (all processes)
+  double frames_per_s = 0;         // frames learned from per second in this run
   double steps_per_s = 0;
   double mean_return = 0;           // of the newest 100 episodes (mean over processes)
   double random_return = 0;         // a uniform random policy's mean return at start (NaN: none)
@@ -113,4 +117,4 @@ struct RemoteActorResult {
 // that refuses, and what the actor throws. Throws ConfigError when built without gRPC.
 RemoteActorResult run_remote_actor(const RemoteActorOptions& options);
 
-}  // namespace replicator::apps
+}  // namespace replicator::train

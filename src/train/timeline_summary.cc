@@ -1,4 +1,4 @@
-#include "apps/timeline_summary.h"
+#include "replicator/train/timeline_summary.h"
 
 #include <algorithm>
 #include <cctype>
@@ -9,7 +9,7 @@
 
 #include "replicator/errors.h"
 
-namespace replicator::apps {
+namespace replicator::train {
 namespace {
 
 using Json = nlohmann::json;
@@ -159,4 +159,4 @@ TimelineSummary summarize_timelines(const std::vector<std::string>& texts,
   return summary;
 }
 
-}  // namespace replicator::apps
+}  // namespace replicator::train

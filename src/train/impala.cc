@@ -1,4 +1,4 @@
-#include "apps/train/impala.h"
+#include "replicator/train/impala.h"
 
 #include <ATen/Parallel.h>
 #include <sched.h>
@@ -19,7 +19,6 @@
 #include <thread>
 #include <vector>
 
-#include "apps/train/impala_learner.h"
 #include "replicator/errors.h"
 #include "replicator/replicator.h"
 #include "replicator/rl/actor.h"
@@ -31,6 +30,7 @@
 #include "replicator/train/plot.h"
 #include "replicator/train/png.h"
 #include "replicator/train/reporter.h"
+#include "src/train/impala_learner.h"
 #ifdef REPLICATOR_HAVE_GRPC
 #include "replicator/rl/remote.h"
 #endif
@@ -38,7 +38,7 @@
 #include "replicator/torch/checkpoint.h"
 #include "replicator/torch/tensor_collectives.h"
 
-namespace replicator::apps {
+namespace replicator::train {
 namespace {
 
 namespace rt = replicator::torch;
@@ -113,7 +113,7 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
   const EnvSource source = env_source(o.env, o.env_servers);
   const std::unique_ptr<rl::BatchedEnv> probe = make_job_env(source, o.env, 0, 1, o.seed);
 
-  train::Job job(o);
+  Job job(o);
   const int L = job.num_local_replicas();
   const int P = job.num_processes();
   const int per_replica = static_cast<int>(job.split_batch(o.batch, "batch of unrolls"));
@@ -276,7 +276,7 @@ nlohmann::ordered_json remote_report(const LearnerShared& s, char* line, std::si
 }
 
 // The progress line and the record of a report window at `step`.
-void report_learner(train::JobReporter& reporter, const LearnerShared& s, std::int64_t step,
+void report_learner(JobReporter& reporter, const LearnerShared& s, std::int64_t step,
                     double steps_per_s, double elapsed, const WindowTotals& t) {
   const rl::QueueStats q = s.queue.stats();
   const std::int64_t frames = step * s.frames_per_step;
@@ -290,7 +290,7 @@ void report_learner(train::JobReporter& reporter, const LearnerShared& s, std::i
                 human_count(static_cast<double>(s.total_steps * s.frames_per_step)).c_str(),
                 steps_per_s * frames_per_step, steps_per_s, t.mean_return, t.lag,
                 static_cast<long long>(q.size), static_cast<long long>(q.max_size),
-                train::clock_text(reporter.eta(elapsed)).c_str());
+                clock_text(reporter.eta(elapsed)).c_str());
   const nlohmann::ordered_json remote_metrics = remote_report(s, line, sizeof line);
   reporter.progress(line);
   nlohmann::ordered_json m = {
@@ -313,19 +313,18 @@ void report_learner(train::JobReporter& reporter, const LearnerShared& s, std::i
 }
 
 // The learning curve, against frames and against wall seconds; none without both.
-std::vector<train::Chart> learning_curves(const std::string& env,
-                                          const std::filesystem::path& metrics) {
-  std::vector<train::Chart> charts =
-      train::charts_from_metrics(metrics, "frames", {{"mean_return", "random_return"}}, "train");
-  std::vector<train::Chart> by_time =
-      train::charts_from_metrics(metrics, "seconds", {{"mean_return", "random_return"}}, "train");
+std::vector<Chart> learning_curves(const std::string& env, const std::filesystem::path& metrics) {
+  std::vector<Chart> charts =
+      charts_from_metrics(metrics, "frames", {{"mean_return", "random_return"}}, "train");
+  std::vector<Chart> by_time =
+      charts_from_metrics(metrics, "seconds", {{"mean_return", "random_return"}}, "train");
   charts.insert(charts.end(), by_time.begin(), by_time.end());
   if (charts.size() != 2) return {};
   charts[0].title = env + ": mean return of the last 100 episodes";
   charts[0].x_label = "frames";
   charts[1].title = env + ": mean return against wall time";
   charts[1].x_label = "seconds";
-  for (train::Chart& c : charts) c.y_label = "return";
+  for (Chart& c : charts) c.y_label = "return";
   return charts;
 }
 
@@ -344,12 +343,12 @@ std::string job_note(const LearnerShared& s, const ImpalaResult& r) {
 
 }  // namespace
 
-ImpalaResult learn(train::Job& job, ReplicaContext& ctx, const LearnerShared& s) {
+ImpalaResult learn(Job& job, ReplicaContext& ctx, const LearnerShared& s) {
   const ImpalaOptions& o = s.options;
   rl::PolicyNet model = job.build_model(
       ctx, [&] { return rl::PolicyNet(s.observation_shape, s.num_actions, o.hidden); });
   rl::Learner learner(ctx, model, s.learner);
-  train::JobReplica replica(job, ctx, *model, {&learner.optimizer()});
+  JobReplica replica(job, ctx, *model, {&learner.optimizer()});
   ImpalaResult result;
   replica.describe(result);
   result.actors = s.actors;
@@ -362,7 +361,7 @@ ImpalaResult learn(train::Job& job, ReplicaContext& ctx, const LearnerShared& s)
         rl::PolicySnapshot{.version = step + 1, .parameters = rl::flatten_parameters(*model)}));
   };
   if (publisher) publish();
-  train::JobReporter* reporter = replica.report_until(s.total_steps);
+  JobReporter* reporter = replica.report_until(s.total_steps);
   if (reporter) reporter->note(job_note(s, result));
 
   const Clock::time_point started = Clock::now();
@@ -483,9 +482,9 @@ void finish_remote_actors(rl::LearnerServer& server, int rank, ImpalaResult& res
                static_cast<long long>(remote_stats.rejected));
 }
 #endif
-}  // namespace replicator::apps
+}  // namespace replicator::train
 
-namespace replicator::apps {
+namespace replicator::train {
 
 RemoteActorResult run_remote_actor(const RemoteActorOptions& o) {
 #ifndef REPLICATOR_HAVE_GRPC
@@ -561,4 +560,4 @@ RemoteActorResult run_remote_actor(const RemoteActorOptions& o) {
 #endif
 }
 
-}  // namespace replicator::apps
+}  // namespace replicator::train

@@ -1,18 +1,26 @@
-// Running the benchmarks' peers and our own jobs as child processes, and reading the JSON
-// result line they print.
+// Child processes a program starts for itself, apart from a job's workers (workers.h): a
+// command run to its end with its stdout captured (a benchmark's peer, a job of our own), a
+// program kept running in the background for as long as an object lives (an env server, a
+// remote actor), free ports on the loopback for them, and this program's own path, to run
+// itself again or exec itself with a changed environment.
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-namespace replicator::apps {
+namespace replicator::launch {
 
 // The path of this program (/proc/self/exe). Throws std::filesystem errors if unreadable.
 std::string self_path();
+
+// Replaces this process with this program again, with `argv` and the current environment,
+// through the program's real path, so that it keeps its name in ps and top (not "exe").
+// Does not return when the exec succeeds; returns when it fails. Never blocks; never
+// throws.
+void exec_self(char** argv) noexcept;
 
 // `s` quoted for the shell (single quotes).
 std::string quote(const std::string& s);
@@ -21,11 +29,6 @@ std::string quote(const std::string& s);
 // file. BLOCKS until it exits. Throws Error if it cannot start or exits non-zero (the message
 // names the command, its status and the last lines of its stderr).
 std::string run_capture(const std::string& command);
-
-// The last JSON object printed in `output` (a line, possibly behind a "[rank N] " prefix)
-// that has the field `field`. Throws Error naming `command` when there is none.
-nlohmann::ordered_json result_with(const std::string& output, const std::string& field,
-                                   const std::string& command);
 
 // The first of `count` consecutive TCP ports on 127.0.0.1 that are free now, from the
 // kernel's ephemeral range. Another program may still take one before the caller's server
@@ -55,4 +58,4 @@ class BackgroundChild {
   std::chrono::milliseconds grace_;
 };
 
-}  // namespace replicator::apps
+}  // namespace replicator::launch

@@ -1,15 +1,16 @@
-// The summary of timeline files (apps/timeline_summary.h): waiting counted from each
+// The summary of timeline files (replicator/train/timeline_summary.h): waiting counted from each
 // replica's arrival to the last one's, over the collectives every replica made, across the
 // files of several processes, and what is not a timeline.
+#include "replicator/train/timeline_summary.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "apps/timeline_summary.h"
 #include "replicator/errors.h"
 
-namespace replicator::apps {
+namespace replicator::train {
 namespace {
 
 // One collective event as the timeline writes it.
@@ -148,4 +149,4 @@ TEST(TimelineSummaryTest, WhatIsNotATimelineIsAConfigErrorNamingTheFile) {
 }
 
 }  // namespace
-}  // namespace replicator::apps
+}  // namespace replicator::train

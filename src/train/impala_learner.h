@@ -1,4 +1,4 @@
-// The learner side of the IMPALA job (apps/train/impala.h): what train_impala hands its
+// The learner side of the IMPALA job (replicator/train/impala.h): what train_impala hands its
 // learner replicas, and the pieces it calls; defined in impala.cc after train_impala.
 #pragma once
 
@@ -6,19 +6,19 @@
 #include <memory>
 #include <vector>
 
-#include "apps/train/impala.h"
 #include "replicator/replica_context.h"
 #include "replicator/rl/actor.h"
 #include "replicator/rl/learner.h"
 #include "replicator/rl/parameter_store.h"
 #include "replicator/rl/trajectory_queue.h"
+#include "replicator/train/impala.h"
 #include "replicator/train/job.h"
 
 namespace replicator::rl {
 class LearnerServer;  // replicator/rl/remote.h (built with gRPC)
 }
 
-namespace replicator::apps {
+namespace replicator::train {
 
 // What the learner replicas of one process share: the job's shape, and this process's
 // parameter store, queue, episode log and counters (fed by its actors).
@@ -43,7 +43,7 @@ struct LearnerShared {
 
 // One learner replica of the job, from its model to its digest. A collective: every replica
 // runs it; BLOCKS for the whole run. Throws what train_impala documents.
-ImpalaResult learn(train::Job& job, ReplicaContext& ctx, const LearnerShared& shared);
+ImpalaResult learn(Job& job, ReplicaContext& ctx, const LearnerShared& shared);
 
 #ifdef REPLICATOR_HAVE_GRPC
 // Learner process `rank`'s server for its remote actors, feeding `queue`, `log` and
@@ -61,4 +61,4 @@ std::unique_ptr<rl::LearnerServer> serve_remote_actors(const ImpalaOptions& opti
 void finish_remote_actors(rl::LearnerServer& server, int rank, ImpalaResult& result);
 #endif
 
-}  // namespace replicator::apps
+}  // namespace replicator::train
