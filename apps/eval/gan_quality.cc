@@ -33,18 +33,6 @@ double seconds_since(Clock::time_point t) {
 constexpr int kCasEpochs = 5;
 constexpr bool kCasAugment = false;
 
-// One pass of the classifier over `examples`: features and accuracy together, the images
-// normalised as in training.
-rt::ImageScores classify(ResNet& classifier, const data::Examples& examples, std::int64_t batch) {
-  classifier->eval();
-  return rt::score_images(
-      [&](const ::torch::Tensor& images) {
-        return classifier->features(data::normalised_images(images));
-      },
-      [&](const ::torch::Tensor& features) { return classifier->logits(features); },
-      examples.images, examples.labels, batch);
-}
-
 struct Scored {
   double fd = 0;        // to the test set's statistics
   double accuracy = 0;  // of the classifier
@@ -52,7 +40,7 @@ struct Scored {
 
 Scored score(ResNet& classifier, const data::Examples& examples, const rt::GaussianStats& test,
              std::int64_t batch) {
-  const rt::ImageScores s = classify(classifier, examples, batch);
+  const rt::ImageScores s = classifier_scores(classifier, examples, batch);
   return {rt::frechet_distance(rt::gaussian_stats(s.features), test), s.accuracy};
 }
 
@@ -93,13 +81,15 @@ ResNet load_classifier(const std::filesystem::path& path) {
   return classifier;
 }
 
-::torch::Tensor classifier_features(ResNet& classifier, const data::Examples& examples,
-                                    std::int64_t batch) {
-  return classify(classifier, examples, batch).features;
-}
-
-double classifier_accuracy(ResNet& classifier, const data::Examples& examples, std::int64_t batch) {
-  return classify(classifier, examples, batch).accuracy;
+rt::ImageScores classifier_scores(ResNet& classifier, const data::Examples& examples,
+                                  std::int64_t batch) {
+  classifier->eval();
+  return rt::score_images(
+      [&](const ::torch::Tensor& images) {
+        return classifier->features(data::normalised_images(images));
+      },
+      [&](const ::torch::Tensor& features) { return classifier->logits(features); },
+      examples.images, examples.labels, batch);
 }
 
 data::Examples trivial_generator_examples(const data::Examples& train, std::int64_t n,
@@ -140,7 +130,7 @@ QualityReference quality_reference(ResNet& classifier, const data::Examples& tra
   const Clock::time_point started = Clock::now();
   check_enough(train, options.samples, "training");
   QualityReference r;
-  const rt::ImageScores real = classify(classifier, test, options.batch);
+  const rt::ImageScores real = classifier_scores(classifier, test, options.batch);
   r.test = rt::gaussian_stats(real.features);
   r.test_accuracy = real.accuracy;
 

@@ -35,18 +35,14 @@ using examples::ResNet;
 // missing or corrupt or holds another model.
 ResNet load_classifier(const std::filesystem::path& path);
 
-// The classifier's features of `examples`, double [N, 64], `batch` images per forward pass,
-// in eval mode (it stays there) without gradients, the images normalised as the training
-// loader does (data::normalised_images). Throws InvalidArgument for no examples, examples
-// that are not uint8 [N, 28, 28] with int64 [N] labels, or a batch below 1.
-::torch::Tensor classifier_features(ResNet& classifier, const data::Examples& examples,
-                                    std::int64_t batch = 500);
-
-// The fraction of `examples` whose label is the classifier's top class (the GAN-test
-// accuracy when the labels are the classes the images were generated for). As
-// classifier_features otherwise.
-double classifier_accuracy(ResNet& classifier, const data::Examples& examples,
-                           std::int64_t batch = 500);
+// The classifier's features of `examples`, double [N, 64], and the fraction of them whose
+// label is its top class (the GAN-test accuracy when the labels are the classes the images
+// were generated for): torch::score_images through the classifier, `batch` images per
+// forward pass, in eval mode (it stays there), the images normalised as the training loader
+// does (data::normalised_images). Throws InvalidArgument for no examples, examples that are
+// not uint8 [N, 28, 28] with int64 [N] labels, or a batch below 1.
+torch::ImageScores classifier_scores(ResNet& classifier, const data::Examples& examples,
+                                     std::int64_t batch = 500);
 
 // `n` images of the trivial generator fitted to `train` (torch::trivial_generator with the
 // classifier's 10 classes): labels balanced, each image its class's mean image plus pixel

@@ -1,4 +1,4 @@
-// The train job: a small ResNet (apps/train/resnet.h) with cross-replica batch norm on
+// The train job: a small ResNet (examples/models/resnet.h) with cross-replica batch norm on
 // Fashion-MNIST, data-parallel over every replica of the job (local threads, or processes
 // over mpi or gloo). Free of LibTorch types, so the command line can include it cheaply.
 #pragma once

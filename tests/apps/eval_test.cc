@@ -41,7 +41,7 @@ TEST(Classifier, FeaturesAndAccuracy) {
   torch::manual_seed(0);
   models::ResNet model(models::ResNetOptions{});
   const Examples examples = synthetic(70, 4);
-  const torch::Tensor features = apps::classifier_features(model, examples, 32);
+  const torch::Tensor features = apps::classifier_scores(model, examples, 32).features;
   EXPECT_EQ(features.sizes(), (std::vector<std::int64_t>{70, 64}));
   EXPECT_EQ(features.scalar_type(), torch::kDouble);
   EXPECT_FALSE(model->is_training());
@@ -52,9 +52,9 @@ TEST(Classifier, FeaturesAndAccuracy) {
   EXPECT_TRUE(torch::allclose(features, model->features(images).to(torch::kDouble), 1e-4, 1e-5));
   const torch::Tensor predicted = model->forward(images).argmax(1);
   const double accuracy = predicted.eq(examples.labels).to(torch::kDouble).mean().item<double>();
-  EXPECT_DOUBLE_EQ(apps::classifier_accuracy(model, examples, 32), accuracy);
-  EXPECT_THROW(apps::classifier_features(model, examples, 0), InvalidArgument);
-  EXPECT_THROW(apps::classifier_features(model, Examples{}, 8), InvalidArgument);
+  EXPECT_DOUBLE_EQ(apps::classifier_scores(model, examples, 32).accuracy, accuracy);
+  EXPECT_THROW(apps::classifier_scores(model, examples, 0), InvalidArgument);
+  EXPECT_THROW(apps::classifier_scores(model, Examples{}, 8), InvalidArgument);
 }
 
 fs::path temp_dir() {
@@ -76,8 +76,8 @@ TEST(Classifier, LoadsATrainJobCheckpoint) {
   models::ResNet loaded = apps::load_classifier(dir / "checkpoint-1.pt");
   EXPECT_FALSE(loaded->is_training());
   const Examples examples = synthetic(20, 6);
-  EXPECT_TRUE(torch::equal(apps::classifier_features(model, examples),
-                           apps::classifier_features(loaded, examples)));
+  EXPECT_TRUE(torch::equal(apps::classifier_scores(model, examples).features,
+                           apps::classifier_scores(loaded, examples).features));
   try {
     apps::load_classifier(dir / "missing.pt");
     ADD_FAILURE() << "a missing classifier loaded";
