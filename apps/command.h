@@ -17,6 +17,8 @@ struct Command {
 Command add_bench_collectives(CLI::App& bench);
 // `replicator bench rl-envs` (bench/bench_rl_envs.cc).
 Command add_bench_rl_envs(CLI::App& bench);
+// `replicator diagnose` (diagnose_command.cc): a job's verdict from its flight-recorder dumps.
+Command add_diagnose(CLI::App& app);
 // `replicator launch` (launch.cc).
 Command add_launch(CLI::App& app);
 // `replicator plot` (plot_command.cc): charts of a metrics.jsonl file.

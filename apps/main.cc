@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   std::vector<Command> commands;
   commands.push_back(replicator::apps::add_bench_collectives(*bench));
   commands.push_back(replicator::apps::add_bench_rl_envs(*bench));
+  commands.push_back(replicator::apps::add_diagnose(app));
   commands.push_back(replicator::apps::add_launch(app));
   commands.push_back(replicator::apps::add_plot(app));
   commands.push_back(replicator::apps::add_timeline(app));

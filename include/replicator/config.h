@@ -72,6 +72,14 @@ struct Config {
   std::string timeline;
   // Whether SIGUSR1 makes a live Replicator dump its flight recorder (see README).
   bool trace_signal = true;
+  // When a replica has waited this long at a collective for peers that have not arrived,
+  // its process prints one line to stderr (once per collective) naming the missing
+  // replicas, their last collective with its call site, and whether their process is
+  // alive, stopped or gone (docs/debugging.md). Zero: a quarter of `timeout`, at most 5 s;
+  // negative: never.
+  std::chrono::milliseconds straggler_after{0};
+  // straggler_after as it applies (zero resolved); zero when off.
+  std::chrono::milliseconds straggler_limit() const;
 
   // Defaults overridden by REPLICATOR_<OPTION> for every option of `options()`
   // (REPLICATOR_LOCAL_REPLICAS, REPLICATOR_TIMEOUT such as "30s", REPLICATOR_ENGINE,
@@ -86,8 +94,8 @@ struct Config {
   // Sets one option by name ("local-replicas", "timeout", "spin", "host-processes",
   // "engine", "rank", "world-size", "store", "host", "job", "shared-memory", "generation",
   // "restart-count", "heartbeat", "heartbeat-store", "flight-recorder-size", "trace-dir",
-  // "timeline", "trace-signal") from its text form. Throws ConfigError for an unknown name or an
-  // invalid value.
+  // "timeline", "trace-signal", "straggler-after") from its text form. Throws ConfigError for an
+  // unknown name or an invalid value.
   void set(std::string_view name, std::string_view value);
 
   // The option names `set` accepts, with a one-line description each.

@@ -25,6 +25,7 @@
 #include <span>
 #include <type_traits>
 
+#include "replicator/call_site.h"
 #include "replicator/dtype.h"
 #include "replicator/options.h"
 
@@ -63,61 +64,74 @@ class ReplicaContext {
 
   // Each collective takes typed contiguous ranges (std::vector<float>, std::span<double>,
   // ...) or, type-erased, Buffers (any dtype, e.g. from tensors); the two forms are the
-  // same collective.
+  // same collective. The last argument, `where`, is the caller's line (call_site.h): leave
+  // it to its default, or pass on the one a wrapper of yours was given.
 
   // Combines `data` over all replicas with `op` and writes the result into `data` on every
   // replica.
   template <detail::ElementRange Range>
-  void all_reduce(Range&& data, const ReduceOptions& options = {}) {
+  void all_reduce(Range&& data, const ReduceOptions& options = {},
+                  CallSite where = CallSite::here()) {
     const Buffer buffer = detail::as_buffer(data);
-    all_reduce(std::span<const Buffer>(&buffer, 1), options);
+    all_reduce(std::span<const Buffer>(&buffer, 1), options, where);
   }
   // Fused form: one collective over many buffers (dtypes may differ). Every replica passes
   // the same list of (dtype, count).
-  void all_reduce(std::span<const Buffer> buffers, const ReduceOptions& options = {});
+  void all_reduce(std::span<const Buffer> buffers, const ReduceOptions& options = {},
+                  CallSite where = CallSite::here());
 
   // output = concatenation of every replica's input in replica-id order;
   // output.size() == input.size() * num_replicas(). `input` may be exactly this replica's
   // block of `output` (in place).
   template <detail::ElementRange In, detail::ElementRange Out>
-  void all_gather(In&& input, Out&& output, const CollectiveOptions& options = {}) {
-    all_gather(detail::as_buffer(input), detail::as_buffer(output), options);
+  void all_gather(In&& input, Out&& output, const CollectiveOptions& options = {},
+                  CallSite where = CallSite::here()) {
+    all_gather(detail::as_buffer(input), detail::as_buffer(output), options, where);
   }
-  void all_gather(Buffer input, Buffer output, const CollectiveOptions& options = {});
+  void all_gather(Buffer input, Buffer output, const CollectiveOptions& options = {},
+                  CallSite where = CallSite::here());
 
   // The root's output = concatenation of every replica's input in replica-id order
   // (output.size() == input.size() * num_replicas() on the root; the others' output is not
   // touched and may be empty). `input` may be exactly the root's own block of its output.
   template <detail::ElementRange In, detail::ElementRange Out>
-  void gather(In&& input, Out&& output, const GatherOptions& options = {}) {
-    gather(detail::as_buffer(input), detail::as_buffer(output), options);
+  void gather(In&& input, Out&& output, const GatherOptions& options = {},
+              CallSite where = CallSite::here()) {
+    gather(detail::as_buffer(input), detail::as_buffer(output), options, where);
   }
-  void gather(Buffer input, Buffer output, const GatherOptions& options = {});
+  void gather(Buffer input, Buffer output, const GatherOptions& options = {},
+              CallSite where = CallSite::here());
 
   // Copies the root replica's `data` into `data` on every replica.
   template <detail::ElementRange Range>
-  void broadcast(Range&& data, const BroadcastOptions& options = {}) {
+  void broadcast(Range&& data, const BroadcastOptions& options = {},
+                 CallSite where = CallSite::here()) {
     const Buffer buffer = detail::as_buffer(data);
-    broadcast(std::span<const Buffer>(&buffer, 1), options);
+    broadcast(std::span<const Buffer>(&buffer, 1), options, where);
   }
   // Fused form: one collective over many buffers.
-  void broadcast(std::span<const Buffer> buffers, const BroadcastOptions& options = {});
+  void broadcast(std::span<const Buffer> buffers, const BroadcastOptions& options = {},
+                 CallSite where = CallSite::here());
 
   // Reduces `input` (num_replicas() blocks of output.size()) over replicas; replica r
   // receives block r of the result in `output`.
   template <detail::ElementRange In, detail::ElementRange Out>
-  void reduce_scatter(In&& input, Out&& output, const ReduceOptions& options = {}) {
-    reduce_scatter(detail::as_buffer(input), detail::as_buffer(output), options);
+  void reduce_scatter(In&& input, Out&& output, const ReduceOptions& options = {},
+                      CallSite where = CallSite::here()) {
+    reduce_scatter(detail::as_buffer(input), detail::as_buffer(output), options, where);
   }
-  void reduce_scatter(Buffer input, Buffer output, const ReduceOptions& options = {});
+  void reduce_scatter(Buffer input, Buffer output, const ReduceOptions& options = {},
+                      CallSite where = CallSite::here());
 
   // `input` and `output` hold num_replicas() equal blocks; block j of replica r's input
   // becomes block r of replica j's output.
   template <detail::ElementRange In, detail::ElementRange Out>
-  void all_to_all(In&& input, Out&& output, const CollectiveOptions& options = {}) {
-    all_to_all(detail::as_buffer(input), detail::as_buffer(output), options);
+  void all_to_all(In&& input, Out&& output, const CollectiveOptions& options = {},
+                  CallSite where = CallSite::here()) {
+    all_to_all(detail::as_buffer(input), detail::as_buffer(output), options, where);
   }
-  void all_to_all(Buffer input, Buffer output, const CollectiveOptions& options = {});
+  void all_to_all(Buffer input, Buffer output, const CollectiveOptions& options = {},
+                  CallSite where = CallSite::here());
 
   // For each (source, destination) pair, the destination's `output` receives the source's
   // `input`; a replica that is no pair's destination gets zeros. Every replica passes the
@@ -125,14 +139,14 @@ class ReplicaContext {
   // most one pair.
   template <detail::ElementRange In, detail::ElementRange Out>
   void permute(In&& input, Out&& output, std::span<const PermutePair> pairs,
-               const CollectiveOptions& options = {}) {
-    permute(detail::as_buffer(input), detail::as_buffer(output), pairs, options);
+               const CollectiveOptions& options = {}, CallSite where = CallSite::here()) {
+    permute(detail::as_buffer(input), detail::as_buffer(output), pairs, options, where);
   }
   void permute(Buffer input, Buffer output, std::span<const PermutePair> pairs,
-               const CollectiveOptions& options = {});
+               const CollectiveOptions& options = {}, CallSite where = CallSite::here());
 
   // Returns once every replica has called barrier.
-  void barrier(const CollectiveOptions& options = {});
+  void barrier(const CollectiveOptions& options = {}, CallSite where = CallSite::here());
 
  private:
   friend class detail::WorkerPool;

@@ -1,5 +1,6 @@
 #include "replicator/config.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <string>
@@ -132,6 +133,11 @@ void Config::set(std::string_view name, std::string_view value) {
       throw ConfigError(what + " must not hold control characters, got " + detail::quoted(value));
     }
     heartbeat_store = value;
+  } else if (name == "straggler-after") {
+    straggler_after =
+        value == "off"
+            ? std::chrono::milliseconds(-1)
+            : std::chrono::duration_cast<std::chrono::milliseconds>(parse_duration(value, what));
   } else if (name == "flight-recorder-size") {
     const long long n = parse_integer(value, what);
     if (n < 0 || n > (1 << 20)) {
@@ -186,7 +192,15 @@ std::vector<std::pair<std::string, std::string>> Config::options() {
           {"flight-recorder-size", "collectives each replica's flight recorder keeps, 0: off"},
           {"trace-dir", "folder for flight-recorder dumps (JSON)"},
           {"timeline", "Chrome trace-event JSON file of every step and collective"},
-          {"trace-signal", "on or off: SIGUSR1 dumps the flight recorder"}};
+          {"trace-signal", "on or off: SIGUSR1 dumps the flight recorder"},
+          {"straggler-after", "wait that names the missing replicas, e.g. 5s, or off"}};
+}
+
+std::chrono::milliseconds Config::straggler_limit() const {
+  using std::chrono::milliseconds;
+  if (straggler_after.count() < 0) return milliseconds(0);
+  if (straggler_after.count() > 0) return straggler_after;
+  return std::min<milliseconds>(timeout / 4, std::chrono::seconds(5));
 }
 
 Config Config::from_env() {

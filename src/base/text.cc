@@ -32,4 +32,17 @@ bool has_control(std::string_view text) {
   return std::any_of(text.begin(), text.end(), is_control);
 }
 
+std::string replicas_text(const std::vector<int>& ids) {
+  if (ids.empty()) return "no replica";
+  std::string runs;
+  for (std::size_t i = 0; i < ids.size();) {
+    std::size_t j = i;
+    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+    runs += (i ? ", " : "") + std::to_string(ids[i]) +
+            (j > i ? "-" + std::to_string(ids[j]) : std::string());
+    i = j + 1;
+  }
+  return (ids.size() == 1 ? "replica " : "replicas ") + runs;
+}
+
 }  // namespace replicator::detail

@@ -4,6 +4,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace replicator::detail {
 
@@ -14,5 +15,9 @@ std::string quoted(std::string_view text);
 
 // Whether `text` holds a control byte (below 0x20, or 0x7f).
 bool has_control(std::string_view text);
+
+// Replica ids (in increasing order) as messages say them: "replica 3", "replicas 0-1",
+// "replicas 0-1, 3"; "no replica" for none. Never throws but std::bad_alloc.
+std::string replicas_text(const std::vector<int>& ids);
 
 }  // namespace replicator::detail

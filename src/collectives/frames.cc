@@ -6,6 +6,7 @@
 
 #include "replicator/errors.h"
 #include "src/collectives/table.h"
+#include "src/comm/site_files.h"
 
 namespace replicator::detail {
 
@@ -18,7 +19,9 @@ FrameHeader header_of(const Descriptor& d) {
           .op = static_cast<std::uint8_t>(d.op),
           .dtype = static_cast<std::uint8_t>(d.dtype),
           .flags = 0,
-          .num_buffers = d.num_buffers};
+          .num_buffers = d.num_buffers,
+          .site_file = file_id(d.call.where.file),
+          .site_line = d.call.where.line};
 }
 
 bool same_call(const FrameHeader& a, const FrameHeader& b) {
@@ -38,7 +41,8 @@ std::string describe(const FrameHeader& h) {
   d.layout = h.layout;
   d.sequence = h.sequence;
   return d.describe() +
-         (h.num_buffers > 1 ? " [" + std::to_string(h.num_buffers) + " buffers]" : std::string());
+         (h.num_buffers > 1 ? " [" + std::to_string(h.num_buffers) + " buffers]" : std::string()) +
+         site_suffix(h.site_file, h.site_line);
 }
 
 namespace {

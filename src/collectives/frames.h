@@ -16,17 +16,17 @@ namespace replicator::detail {
 // Frames are fixed-size so that two processes that disagree about a collective still
 // exchange well-formed messages and can say what each called.
 // 256 bytes, four cache lines: what a small all-reduce costs is mostly the lines that
-// cross between cores, so the frame is kept small (up to 216 bytes of partials ride in it),
+// cross between cores, so the frame is kept small (up to 208 bytes of partials ride in it),
 // and where the transport lets a receive take a shorter message, only its header and
 // payload are sent.
 constexpr std::size_t kFrameBytes = 256;
-constexpr std::size_t kHeaderBytes = 40;
+constexpr std::size_t kHeaderBytes = 48;
 constexpr std::size_t kFramePayload = kFrameBytes - kHeaderBytes;
 
 // The frames of a transport. Where a receive may take a shorter message, the receive is as
 // long as the transport sends at once (its eager size, whole cache lines) and each frame
 // only as long as its header and payload: a small all-reduce up to that size still costs one
-// round trip (over OpenMPI's shared memory: 3,968 bytes, against 216 where every frame has
+// round trip (over OpenMPI's shared memory: 3,968 bytes, against 208 where every frame has
 // the same length, which must then stay small).
 inline std::size_t frame_bytes(const TransportTraits& traits) {
   if (!traits.receives_shorter) return kFrameBytes;
@@ -51,6 +51,8 @@ struct FrameHeader {
   std::uint8_t dtype;
   std::uint8_t flags;  // kLocalMismatch
   std::uint32_t num_buffers;
+  std::uint32_t site_file;  // where the caller called from (file_id, site_files.h; 0: unknown)
+  std::uint32_t site_line;  // never compared: only for messages
 };
 static_assert(sizeof(FrameHeader) <= kHeaderBytes);
 
@@ -65,7 +67,8 @@ static_assert(sizeof(LocalMismatch) <= kFramePayload);
 
 // Whether two headers name the same call (what every process must agree on).
 bool same_call(const FrameHeader& a, const FrameHeader& b);
-// "all_reduce(f32 x 1024, op=sum)" for a received header, whatever its bytes.
+// "all_reduce(f32 x 1024, op=sum) at train.cc:120" for a received header, whatever its
+// bytes.
 std::string describe(const FrameHeader& h);
 
 // Before the first collective on a lane: sizes the frames and, where the transport gains

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 
+#include "replicator/call_site.h"
 #include "replicator/dtype.h"
 #include "replicator/options.h"
 
@@ -21,6 +22,7 @@ struct Call {
   std::span<const PermutePair> pairs;
   Deadline timeout;
   std::uint64_t signature = 0;  // compared across replicas with the rest of the call
+  CallSite where;               // the caller's line, for messages (never compared)
 };
 
 }  // namespace replicator::detail

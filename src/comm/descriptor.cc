@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "replicator/errors.h"
+#include "src/comm/site_files.h"
 
 namespace replicator::detail {
 
@@ -34,7 +35,9 @@ void check_match(int first, int me, std::span<const Descriptor* const> calls) {
   for (const Descriptor* other : calls) same = same && other->matches(*calls[0]);
   if (same) return;
   std::vector<std::string> described;
-  for (const Descriptor* other : calls) described.push_back(other->describe());
+  for (const Descriptor* other : calls) {
+    described.push_back(other->describe() + site_suffix(other->call.where));
+  }
   const Descriptor& d = *calls[static_cast<std::size_t>(me - first)];
   std::string message =
       "collective #" + std::to_string(d.sequence) + " does not match across replicas: ";

@@ -26,6 +26,8 @@ struct FlightRecorder::Entry {
   std::atomic<std::uint64_t> bytes{0};
   std::atomic<std::int64_t> start_ns{0};
   std::atomic<std::int64_t> end_ns{0};
+  std::atomic<const char*> file{nullptr};
+  std::atomic<std::uint32_t> line{0};
 };
 
 namespace {
@@ -90,7 +92,8 @@ void FlightRecorder::issue(const Descriptor& d, Clock::time_point now) {
                         .count = d.count,
                         .bytes = bytes_of(d.call),
                         .state = CallState::kIssued,
-                        .start_ns = ns_of(now)};
+                        .start_ns = ns_of(now),
+                        .where = d.call.where};
   if (capacity_ == 0) return;
   // The next entry of the ring, without a division on this path.
   slot_ = index == 0 || slot_ + 1 == capacity_ ? 0 : slot_ + 1;
@@ -124,7 +127,8 @@ void FlightRecorder::finish(bool failed, Clock::time_point now) {
                                  .count = pending_.count,
                                  .bytes = pending_.bytes,
                                  .start_ns = pending_.start_ns,
-                                 .end_ns = pending_.end_ns});
+                                 .end_ns = pending_.end_ns,
+                                 .where = pending_.where});
   }
 }
 
@@ -143,6 +147,8 @@ void FlightRecorder::publish() {
   e.bytes.store(pending_.bytes, std::memory_order_release);
   e.start_ns.store(pending_.start_ns, std::memory_order_release);
   e.end_ns.store(pending_.end_ns, std::memory_order_release);
+  e.file.store(pending_.where.file, std::memory_order_release);
+  e.line.store(pending_.where.line, std::memory_order_release);
   e.version.store(v + 2, std::memory_order_release);
 }
 
@@ -165,6 +171,8 @@ bool FlightRecorder::read(std::uint64_t index, CallRecord& out) const {
     out.bytes = e.bytes.load(std::memory_order_acquire);
     out.start_ns = e.start_ns.load(std::memory_order_acquire);
     out.end_ns = e.end_ns.load(std::memory_order_acquire);
+    out.where.file = e.file.load(std::memory_order_acquire);
+    out.where.line = e.line.load(std::memory_order_acquire);
     if (e.version.load(std::memory_order_relaxed) != v1) continue;
     out.op = op ? std::string_view(op, op_size) : std::string_view("?");
     // The writer may have moved past this entry to a later one in the same slot.
@@ -246,6 +254,10 @@ std::string summary_line(const FlightRecorder& recorder, FlightRecorder::Clock::
     line += " (";
     line += human_bytes(r->bytes);
     line += ')';
+  }
+  if (r->where.known()) {
+    line += " at ";
+    line += to_string(r->where);
   }
   const auto since = [](std::int64_t from, std::int64_t to) {
     return human_duration(std::chrono::nanoseconds(std::max<std::int64_t>(to - from, 0)));

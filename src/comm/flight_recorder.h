@@ -50,6 +50,7 @@ struct CallRecord {
   CallState state = CallState::kIssued;
   std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;  // 0 while issued or in progress
+  CallSite where;           // the caller's line (file: a static string)
 };
 
 class FlightRecorder {
@@ -111,8 +112,10 @@ class FlightRecorder {
 };
 
 // One line on the newest collective of `recorder` as of `now`, e.g.
-//   "replica 3: step 2, #41 all_reduce f32 x 1048576 (4 MiB), in progress for 30.0 s"
-//   "replica 5: step 2, last #40 all_reduce f32 x 1048576 (4 MiB), done 29.9 s ago"
+//   "replica 3: step 2, #41 all_reduce f32 x 1048576 (4 MiB) at train.cc:120, in progress
+//    for 30.0 s"
+//   "replica 5: step 2, last #40 all_reduce f32 x 1048576 (4 MiB) at train.cc:120, done
+//    29.9 s ago"
 //   "replica 6: no collective yet"
 // Never throws but std::bad_alloc.
 std::string summary_line(const FlightRecorder& recorder, FlightRecorder::Clock::time_point now);

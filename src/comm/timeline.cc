@@ -138,6 +138,35 @@ void Timeline::writer_loop() {
   }
 }
 
+std::string json_string(std::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char escaped[8];
+          std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+          out += escaped;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
 void Timeline::write_chunk(const TimelineLane::Chunk& chunk) {
   const std::string ids =
       R"(,"pid":)" + std::to_string(rank_) + R"(,"tid":)" + std::to_string(chunk.replica);
@@ -156,6 +185,7 @@ void Timeline::write_chunk(const TimelineLane::Chunk& chunk) {
       line += R"(,"seq":)" + std::to_string(e.sequence) + R"(,"dtype":")" +
               std::string(to_string(e.dtype)) + R"(","count":)" + std::to_string(e.count) +
               R"(,"bytes":)" + std::to_string(e.bytes);
+      if (e.where.known()) line += R"(,"at":)" + json_string(to_string(e.where));
     }
     if (e.state == CallState::kFailed) line += R"(,"state":"failed")";
     line += "}}";

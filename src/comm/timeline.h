@@ -2,8 +2,8 @@
 // this process's replicas, which Perfetto (ui.perfetto.dev) and chrome://tracing open:
 // one track per process (pid = its rank), one per replica (tid = its global id, named
 // "replica <id>"), an "X" (complete) event per step ("step <n>") and per collective (its
-// op; args: step, seq, dtype, count, bytes, and state when it failed). Timestamps are
-// microseconds since the Unix epoch, so the files of a job's processes line up.
+// op; args: step, seq, dtype, count, bytes, at (file:line), and state when it failed). Timestamps
+// are microseconds since the Unix epoch, so the files of a job's processes line up.
 //
 // The replicas never wait for the file: each appends to its own lane's chunk (no lock), a
 // full chunk goes to a writer thread, which formats and writes it. The file is valid JSON
@@ -31,6 +31,9 @@ namespace replicator::detail {
 // Nanoseconds as microseconds with three decimals ("-12.345"), for JSON: exact, with no
 // rounding through a double. Never throws but std::bad_alloc.
 std::string json_micros(std::int64_t ns);
+// `text` as a JSON string, quotes included, with quotes, backslashes and control bytes
+// escaped. Never throws but std::bad_alloc.
+std::string json_string(std::string_view text);
 
 struct TimelineEvent {
   bool is_step = false;  // a step; else a collective
@@ -43,6 +46,7 @@ struct TimelineEvent {
   std::uint64_t bytes = 0;
   std::int64_t start_ns = 0;  // steady_clock
   std::int64_t end_ns = 0;
+  CallSite where;  // the caller's line (args "at"); unknown for steps
 };
 
 class Timeline;

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
 
 #include "replicator/errors.h"
+#include "replicator/launch/diagnose.h"
 #include "replicator/launch/elastic.h"
 #include "replicator/launch/workers.h"
 #include "replicator/rendezvous/store.h"
@@ -90,6 +92,10 @@ class Agent {
   // Ends generation g for every agent, unless it has ended already. `failure`: counts as
   // a restart.
   void end(int g, bool failure, const std::string& why);
+  // REPLICATOR_TRACE_DIR/generation<g> when the agent has REPLICATOR_TRACE_DIR, else "".
+  static std::string generation_dumps(int g);
+  // What the dumps of generation g's processes on this host tell (diagnose.h), if any.
+  static void say_verdict(int g);
   std::optional<std::string> over() { return store_->get("over"); }
   // Whether the agents of generation g (its first `members` slots) have all been silent
   // for the heartbeat timeout, as watched through `beats` from the first look on.
@@ -118,6 +124,24 @@ void Agent::beat(const std::string& key, Clock::time_point now, bool force) {
 void Agent::end(int g, bool failure, const std::string& why) {
   if (store_->create(gen(g) + "/end", (failure ? "failure " : "change ") + why)) {
     detail::say("generation " + std::to_string(g) + ": " + why);
+  }
+}
+
+std::string Agent::generation_dumps(int g) {
+  const char* dir = std::getenv("REPLICATOR_TRACE_DIR");
+  if (dir == nullptr || *dir == '\0') return {};
+  return std::string(dir) + "/generation" + std::to_string(g);
+}
+
+void Agent::say_verdict(int g) {
+  const std::string dumps = generation_dumps(g);
+  std::error_code error;
+  if (dumps.empty() || !std::filesystem::is_directory(dumps, error)) return;
+  try {
+    detail::say("generation " + std::to_string(g) +
+                ", from the dumps on this host: " + diagnose(dumps).verdict);
+  } catch (const ConfigError&) {
+    // No dump: the workers ended without a collective error.
   }
 }
 
@@ -262,6 +286,10 @@ std::vector<std::string> Agent::worker_env(const Membership& m, int rank) const 
     ours.emplace_back("REPLICATOR_LOCAL_REPLICAS", std::to_string(*options_.local_replicas));
   }
   if (!options_.host.empty()) ours.emplace_back("REPLICATOR_HOST", options_.host);
+  // Each generation's flight-recorder dumps in a folder of its own, read when it ends.
+  if (const std::string dumps = generation_dumps(m.generation); !dumps.empty()) {
+    ours.emplace_back("REPLICATOR_TRACE_DIR", dumps);
+  }
   return child_environment(ours);
 }
 
@@ -322,6 +350,7 @@ Outcome Agent::run_generation(const Membership& m) {
         if (!drain_until) drain_until = now + kDrainGrace;
         if (!workers_.any_open() || now >= *drain_until) {
           workers_.clear();
+          say_verdict(g);
           end_reason_ = end_reason_.empty() ? *ended : end_reason_;
           return end_reason_ == "interrupted" ? Outcome::kInterrupted : Outcome::kEnded;
         }

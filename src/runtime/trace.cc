@@ -12,38 +12,10 @@
 
 #include "replicator/errors.h"
 #include "src/runtime/signal_dump.h"
+#include "src/runtime/straggler.h"
 
 namespace replicator::detail {
 namespace {
-
-std::string json_string(std::string_view text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char escaped[8];
-          std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
-          out += escaped;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
 
 // "replica 3" or "replicas 2-3".
 std::string replicas_text(int first, int count) {
@@ -109,9 +81,23 @@ Tracer::Tracer(const Config& config, int rank, int processes, int num_local)
   if (config.trace_signal) {
     signal_ = std::make_unique<SignalDump>([this] { dump_on_signal(); });
   }
+  if (config.straggler_limit().count() > 0 && config.flight_recorder_size > 0) {
+    // Only processes of a real job share a board: several Replicators of one process (the
+    // tests' in-memory transport) would all be one pid.
+    const bool board = processes > 1 && config.engine != Engine::kLocal;
+    straggler_ = std::make_unique<StragglerWatch>(
+        *recorders_,
+        StragglerOptions{
+            .limit = config.straggler_limit(),
+            .rank = rank,
+            .processes = processes,
+            .num_local = num_local,
+            .board = board ? status_board(config.job, config.store, config.generation) : ""});
+  }
 }
 
 Tracer::~Tracer() {
+  straggler_.reset();  // no watch reads the recorders after this
   signal_.reset();     // no dump reads the recorders after this
   recorders_.reset();  // nothing writes to the timeline after this
   timeline_.reset();
@@ -154,7 +140,7 @@ std::string Tracer::json(std::string_view reason, std::string_view error,
              ", \"start_unix_us\": " + json_micros(c.start_ns + offset) +
              ", \"end_unix_us\": " + (ended ? json_micros(c.end_ns + offset) : "null") +
              ", \"duration_us\": " + json_micros((ended ? c.end_ns : steady_now) - c.start_ns) +
-             "}";
+             (c.where.known() ? ", \"at\": " + json_string(to_string(c.where)) : "") + "}";
     }
     out += "]}";
   }
@@ -206,8 +192,8 @@ Tracer::Notes Tracer::notes(const std::exception& e) const {
   } else if (const auto* m = dynamic_cast<const CollectiveMismatch*>(&e)) {
     if (static_cast<int>(m->calls().size()) == total) {
       for (int id = 0; id < total; ++id) {
-        said[id] = "called " + m->calls()[static_cast<std::size_t>(id)] + " at #" +
-                   std::to_string(m->sequence());
+        said[id] = "called " + m->calls()[static_cast<std::size_t>(id)] + " (collective #" +
+                   std::to_string(m->sequence()) + ")";
       }
     }
   }

@@ -10,6 +10,8 @@
 //   the summary names the file.
 // - SIGUSR1 (Config::trace_signal) writes the same JSON from a live process, to
 //   trace_dir, or to stderr when none is set.
+// - A replica that has waited Config::straggler_after at a collective gets the missing
+//   replicas named on stderr, once per collective (straggler.h).
 //
 // The dump (format "replicator-flight-recorder", version 1):
 //   {"format": "replicator-flight-recorder", "version": 1, "reason": "Timeout" | "SIGUSR1" | ...,
@@ -18,7 +20,8 @@
 //    "replicas": [{"replica": 0, "capacity": 256, "recorded": <collectives so far>,
 //                  "step": <current step>, "entries": [{"step", "seq", "op", "dtype",
 //                  "count", "bytes", "state", "start_unix_us", "end_unix_us" (null while
-//                  running), "duration_us"}, ... oldest first]}, ...]}
+//                  running), "duration_us", "at" (the call site, "train.cc:120", when
+//                  known)}, ... oldest first]}, ...]}
 #pragma once
 
 #include <exception>
@@ -36,6 +39,7 @@
 namespace replicator::detail {
 
 class SignalDump;
+class StragglerWatch;
 
 class Tracer {
  public:
@@ -82,6 +86,7 @@ class Tracer {
   std::unique_ptr<Timeline> timeline_;
   std::unique_ptr<FlightRecorders> recorders_;
   std::unique_ptr<SignalDump> signal_;
+  std::unique_ptr<StragglerWatch> straggler_;  // Config::straggler_after
 };
 
 }  // namespace replicator::detail

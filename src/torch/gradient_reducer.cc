@@ -59,8 +59,9 @@ struct GradientReducer::State {
   std::size_t last_reduced_in_backward = 0;  // in the last synchronized step
   std::vector<c10::intrusive_ptr<::torch::autograd::Node>> accumulators;
 
-  void reduce(std::size_t b) {
-    all_reduce(*ctx, buckets[b].flat, {.op = options.op, .timeout = options.timeout});
+  // `where`: the caller of synchronize(), or (buckets reduced from within backward) here.
+  void reduce(std::size_t b, CallSite where = CallSite::here()) {
+    all_reduce(*ctx, buckets[b].flat, {.op = options.op, .timeout = options.timeout}, where);
   }
 
   // Reduces every complete bucket at the head of the order.
@@ -111,7 +112,7 @@ struct GradientReducer::State {
     return ::torch::autograd::impl::try_get_grad_accumulator(slots[i].param) == accumulators[i];
   }
 
-  void finish() {
+  void finish(CallSite where) {
     for (std::size_t i = 0; i < slots.size(); ++i) {
       if (!attached(i)) {
         throw Error("GradientReducer: the gradient of a parameter of shape " +
@@ -122,7 +123,7 @@ struct GradientReducer::State {
     }
     last_reduced_in_backward = reduced_in_backward;
     reduced_in_backward = 0;
-    while (next_to_reduce < buckets.size()) reduce(next_to_reduce++);
+    while (next_to_reduce < buckets.size()) reduce(next_to_reduce++, where);
     const ::torch::NoGradGuard no_grad;
     for (Bucket& bucket : buckets) {
       const ::torch::Tensor present = bucket.flags.ne(0);
@@ -243,7 +244,7 @@ void GradientReducer::zero_grad() {
   }
 }
 
-void GradientReducer::synchronize() { state_->finish(); }
+void GradientReducer::synchronize(CallSite where) { state_->finish(where); }
 
 std::size_t GradientReducer::num_buckets() const { return state_->buckets.size(); }
 

@@ -106,8 +106,9 @@ DType dtype_of(c10::ScalarType type) {
   }
 }
 
-void all_reduce(ReplicaContext& ctx, const ::torch::Tensor& tensor, const ReduceOptions& options) {
-  all_reduce(ctx, std::vector<::torch::Tensor>{tensor}, options);
+void all_reduce(ReplicaContext& ctx, const ::torch::Tensor& tensor, const ReduceOptions& options,
+                CallSite where) {
+  all_reduce(ctx, std::vector<::torch::Tensor>{tensor}, options, where);
 }
 
 // Runs `collective(buffers, options)` in place over `tensors` (staged where not contiguous),
@@ -122,20 +123,21 @@ void in_place(const std::vector<::torch::Tensor>& tensors, const char* name, Opt
 }
 
 void all_reduce(ReplicaContext& ctx, const std::vector<::torch::Tensor>& tensors,
-                const ReduceOptions& options) {
+                const ReduceOptions& options, CallSite where) {
   in_place(tensors, "all_reduce", options,
-           [&](std::span<const Buffer> b, const ReduceOptions& o) { ctx.all_reduce(b, o); });
+           [&](std::span<const Buffer> b, const ReduceOptions& o) { ctx.all_reduce(b, o, where); });
 }
 
-void broadcast(ReplicaContext& ctx, const ::torch::Tensor& tensor,
-               const BroadcastOptions& options) {
-  broadcast(ctx, std::vector<::torch::Tensor>{tensor}, options);
+void broadcast(ReplicaContext& ctx, const ::torch::Tensor& tensor, const BroadcastOptions& options,
+               CallSite where) {
+  broadcast(ctx, std::vector<::torch::Tensor>{tensor}, options, where);
 }
 
 void broadcast(ReplicaContext& ctx, const std::vector<::torch::Tensor>& tensors,
-               const BroadcastOptions& options) {
-  in_place(tensors, "broadcast", options,
-           [&](std::span<const Buffer> b, const BroadcastOptions& o) { ctx.broadcast(b, o); });
+               const BroadcastOptions& options, CallSite where) {
+  in_place(
+      tensors, "broadcast", options,
+      [&](std::span<const Buffer> b, const BroadcastOptions& o) { ctx.broadcast(b, o, where); });
 }
 
 // A fresh contiguous tensor of `shape` (in's dtype) that `collective(input, output, options)`
@@ -150,43 +152,43 @@ template <typename Options, typename Collective>
 }
 
 ::torch::Tensor all_gather(ReplicaContext& ctx, const ::torch::Tensor& tensor,
-                           const CollectiveOptions& options) {
+                           const CollectiveOptions& options, CallSite where) {
   require_cpu(tensor, "all_gather");
   const ::torch::Tensor in = tensor.contiguous();
   std::vector<std::int64_t> shape = sizes_of(in);
   shape.insert(shape.begin(), ctx.num_replicas());
   return into_new(in, shape, options, [&](Buffer i, Buffer o, const CollectiveOptions& opt) {
-    ctx.all_gather(i, o, opt);
+    ctx.all_gather(i, o, opt, where);
   });
 }
 
 ::torch::Tensor reduce_scatter(ReplicaContext& ctx, const ::torch::Tensor& tensor,
-                               const ReduceOptions& options) {
+                               const ReduceOptions& options, CallSite where) {
   require_cpu(tensor, "reduce_scatter");
   const std::int64_t rows = rows_per_replica(tensor, ctx.num_replicas(), "reduce_scatter");
   const ::torch::Tensor in = tensor.contiguous();
   std::vector<std::int64_t> shape = sizes_of(in);
   shape[0] = rows;
   return into_new(in, shape, options, [&](Buffer i, Buffer o, const ReduceOptions& opt) {
-    ctx.reduce_scatter(i, o, opt);
+    ctx.reduce_scatter(i, o, opt, where);
   });
 }
 
 ::torch::Tensor all_to_all(ReplicaContext& ctx, const ::torch::Tensor& tensor,
-                           const CollectiveOptions& options) {
+                           const CollectiveOptions& options, CallSite where) {
   require_cpu(tensor, "all_to_all");
   rows_per_replica(tensor, ctx.num_replicas(), "all_to_all");
   const ::torch::Tensor in = tensor.contiguous();
   return into_new(in, sizes_of(in), options, [&](Buffer i, Buffer o, const CollectiveOptions& opt) {
-    ctx.all_to_all(i, o, opt);
+    ctx.all_to_all(i, o, opt, where);
   });
 }
 
 void broadcast_parameters(ReplicaContext& ctx, ::torch::nn::Module& module,
-                          const BroadcastOptions& options) {
+                          const BroadcastOptions& options, CallSite where) {
   std::vector<::torch::Tensor> tensors = module.parameters(/*recurse=*/true);
   for (const ::torch::Tensor& b : module.buffers(/*recurse=*/true)) tensors.push_back(b);
-  broadcast(ctx, tensors, options);
+  broadcast(ctx, tensors, options, where);
 }
 
 }  // namespace replicator::torch

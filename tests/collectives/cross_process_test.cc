@@ -17,6 +17,10 @@
 #include "tests/collectives/fake_transport.h"
 #include "tests/harness/harness.h"
 
+// Checks that `haystack` contains `needle`.
+#define EXPECT_HAS_SUBSTR(haystack, needle) \
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring, needle, haystack)
+
 namespace replicator {
 namespace {
 
@@ -258,13 +262,16 @@ TEST(CrossProcessTest, MismatchIsRaisedOnEveryReplicaOfEveryProcess) {
         2, 2,
         [&](ReplicaContext& ctx) {
           std::vector<float> v(ctx.replica_id() < 2 ? 4 : 5, 1.f);
+          // The other process's call site comes with its frame.
+          const CallSite site = CallSite::here();
+          const std::string at = " at " + to_string(site);
           try {
-            ctx.all_reduce(v);
+            ctx.all_reduce(v, {}, site);
           } catch (const CollectiveMismatch& e) {
-            EXPECT_NE(
-                std::string(e.what()).find("process 1 (replicas 2-3) called all_reduce(f32 x 5"),
-                std::string::npos)
-                << e.what();
+            EXPECT_HAS_SUBSTR(std::string(e.what()),
+                              "process 1 (replicas 2-3) called all_reduce(f32 x 5, op=sum)" + at);
+            EXPECT_HAS_SUBSTR(std::string(e.what()),
+                              "process 0 (replicas 0-1) called all_reduce(f32 x 4, op=sum)" + at);
             ++mismatches;
             throw;
           }
@@ -370,6 +377,7 @@ TEST(CrossProcessTest, TimeoutNamesTheReplicasOfTheLateProcess) {
         EXPECT_EQ(e.missing(), (std::vector<int>{2, 3})) << e.what();
         EXPECT_NE(std::string(e.what()).find("process 1 (replicas 2-3)"), std::string::npos)
             << e.what();
+        EXPECT_HAS_SUBSTR(std::string(e.what()), ") at cross_process_test.cc:");
         ++timeouts;
         timed_out.count_down();
       }

@@ -120,8 +120,18 @@ TEST(ConfigTest, OptionsListsEveryNameSetAccepts) {
                                              "flight-recorder-size",
                                              "trace-dir",
                                              "timeline",
-                                             "trace-signal"};
+                                             "trace-signal",
+                                             "straggler-after"};
   EXPECT_EQ(names, expected);
+}
+
+TEST(ConfigTest, StragglerAfterIsADurationOrOff) {
+  Config config;
+  config.set("straggler-after", "1500ms");
+  EXPECT_EQ(config.straggler_after, std::chrono::milliseconds(1500));
+  config.set("straggler-after", "off");
+  EXPECT_EQ(config.straggler_limit(), std::chrono::milliseconds(0));
+  EXPECT_THROW(config.set("straggler-after", "soon"), ConfigError);
 }
 
 TEST(ConfigTest, CalibrationIsAFolderOrOff) {

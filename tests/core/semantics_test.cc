@@ -121,6 +121,37 @@ TEST(MismatchTest, DifferentKindRaisedOnEveryReplica) {
       {"all_reduce(f32 x 8, op=sum)", "all_reduce(f32 x 8, op=sum)", "all_gather(f32 x 8)"});
 }
 
+// A wrapper of the user's passes its caller's line on, as the torch layer does.
+void reduce_via(ReplicaContext& ctx, std::vector<float>& v, CallSite where = CallSite::here()) {
+  ctx.all_reduce(v, {}, where);
+}
+
+TEST(MismatchTest, MessageNamesEachSidesCallSite) {
+  std::atomic<std::uint32_t> broadcast_line{0}, wrapped_line{0};
+  Replicator repl(with_replicas(4));
+  const auto caught = run_and_catch(repl, [&](ReplicaContext& ctx) {
+    std::vector<float> v(8, 1.0f);
+    if (ctx.replica_id() == 3) {
+      wrapped_line = CallSite::here().line + 1;
+      reduce_via(ctx, v);
+    } else {
+      broadcast_line = CallSite::here().line + 1;
+      ctx.broadcast(v);
+    }
+  });
+  const std::string b = "semantics_test.cc:" + std::to_string(broadcast_line);
+  const std::string w = "semantics_test.cc:" + std::to_string(wrapped_line);
+  for (int r = 0; r < 4; ++r) {
+    const auto e = caught_as<CollectiveMismatch>(caught[static_cast<std::size_t>(r)]);
+    ASSERT_TRUE(e) << describe(caught[static_cast<std::size_t>(r)]);
+    const std::string message = e->what();
+    EXPECT_HAS_SUBSTR(message, "replicas 0-2 called broadcast(f32 x 8, root=0) at " + b);
+    EXPECT_HAS_SUBSTR(message, "replica 3 called all_reduce(f32 x 8, op=sum) at " + w);
+    EXPECT_EQ(e->calls()[3], "all_reduce(f32 x 8, op=sum) at " + w);
+  }
+  expect_healthy(repl);
+}
+
 TEST(MismatchTest, BarrierAgainstAllReduceRaisedOnEveryReplica) {
   expect_mismatch_everywhere(4,
                              [](ReplicaContext& ctx) {

@@ -8,6 +8,7 @@
 //       collective, with its sequence number and bytes;
 //   (e) bad settings are ConfigErrors.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,6 +28,7 @@
 #include "replicator/replicator.h"
 #include "src/comm/flight_recorder.h"
 #include "src/comm/timeline.h"
+#include "src/runtime/straggler.h"
 #include "tests/harness/harness.h"
 
 #define EXPECT_HAS_SUBSTR(haystack, needle) \
@@ -123,6 +125,21 @@ TEST(FlightRecorderTest, StateFollowsTheCall) {
             "replica 3: step 1, last #42 all_reduce f32 x 0 (0 B), failed after 500 ms");
 }
 
+TEST(FlightRecorderTest, EntriesAndSummaryNameTheCallSite) {
+  FlightRecorder recorder(2, 4);
+  const auto now = Clock::now();
+  recorder.begin_step(now);
+  detail::Descriptor d = descriptor(7, 16);
+  d.call.where = CallSite{"/home/me/project/src/train.cc", 120};
+  recorder.issue(d, now);
+  EXPECT_EQ(recorder.last()->where.line, 120u);
+  EXPECT_EQ(detail::summary_line(recorder, now + std::chrono::seconds(2)),
+            "replica 2: step 1, #7 all_reduce f32 x 16 (0 B) at train.cc:120, issued 2.0 s ago, "
+            "waiting for this process's other replicas");
+  EXPECT_EQ(to_string(CallSite{}), "");
+  EXPECT_EQ(to_string(CallSite{"noslash.cc", 3}), "noslash.cc:3");
+}
+
 TEST(FlightRecorderTest, OffRecordsNothing) {
   FlightRecorder recorder(0, 0);
   recorder.issue(descriptor(0, 1), Clock::now());
@@ -179,8 +196,13 @@ Config with_replicas(int n, milliseconds timeout) {
 
 // Replicas 0 and 1 reduce 1000 floats (#1) after a barrier (#0); replica 2 arrives only
 // once both have timed out. Returns what run threw.
+// Where run_with_late_replica's all_reduce is called from (passed on explicitly, as a
+// wrapper of the user's would).
+CallSite g_late_site;
+
 std::exception_ptr run_with_late_replica(Replicator& repl) {
   harness::CountDown waiters(2);
+  g_late_site = CallSite::here();
   return harness::capture([&] {
     repl.run([&](ReplicaContext& ctx) {
       ctx.barrier();
@@ -188,7 +210,8 @@ std::exception_ptr run_with_late_replica(Replicator& repl) {
       if (ctx.replica_id() == 2) {
         EXPECT_TRUE(waiters.wait_for(std::chrono::seconds(30)));
       }
-      const std::exception_ptr error = harness::capture([&] { ctx.all_reduce(v); });
+      const std::exception_ptr error =
+          harness::capture([&] { ctx.all_reduce(v, {}, g_late_site); });
       if (ctx.replica_id() != 2) waiters.count_down();
       if (error) std::rethrow_exception(error);
     });
@@ -217,8 +240,11 @@ TEST(FlightRecorderSummaryTest, TimeoutEndsWithALinePerReplicaNamingTheLateOne) 
   const std::vector<std::string> lines = lines_of(e->what());
   ASSERT_EQ(lines.size(), 5u) << e->what();
   // The message starts as before ...
+  const std::string at = " at " + to_string(g_late_site);
+  EXPECT_EQ(at.rfind(" at trace_test.cc:", 0), 0u) << at;
   EXPECT_EQ(
-      lines[0].rfind("all_reduce #1 (all_reduce(f32 x 1000, op=sum)) timed out after 200 ms", 0),
+      lines[0].rfind(
+          "all_reduce #1 (all_reduce(f32 x 1000, op=sum))" + at + " timed out after 200 ms", 0),
       0u)
       << lines[0];
   EXPECT_HAS_SUBSTR(lines[0], "replica 2 never arrived");
@@ -228,12 +254,14 @@ TEST(FlightRecorderSummaryTest, TimeoutEndsWithALinePerReplicaNamingTheLateOne) 
   for (const int r : {0, 1}) {
     EXPECT_EQ(lines[static_cast<std::size_t>(2 + r)].rfind(
                   "  replica " + std::to_string(r) +
-                      ": step 1, #1 all_reduce f32 x 1000 (3.9 KiB), issued ",
+                      ": step 1, #1 all_reduce f32 x 1000 (3.9 KiB)" + at + ", issued ",
                   0),
               0u)
         << e->what();
   }
-  EXPECT_EQ(lines[4].rfind("  replica 2: step 1, last #0 barrier, done ", 0), 0u) << e->what();
+  EXPECT_EQ(lines[4].rfind("  replica 2: step 1, last #0 barrier at trace_test.cc:", 0), 0u)
+      << e->what();
+  EXPECT_HAS_SUBSTR(lines[4], ", done ");
   EXPECT_HAS_SUBSTR(lines[4], "; never arrived at all_reduce #1 within 200 ms");
 }
 
@@ -284,6 +312,8 @@ TEST(FlightRecorderSummaryTest, DumpInTraceDirParsesAndHoldsEveryReplica) {
     EXPECT_EQ(entries[3]["count"], 1000);
     EXPECT_EQ(entries[3]["bytes"], 4000);
     EXPECT_EQ(entries[3]["state"], "failed");
+    EXPECT_EQ(entries[3]["at"], to_string(g_late_site));
+    EXPECT_EQ(entries[0]["at"].get<std::string>().rfind("trace_test.cc:", 0), 0u);
     EXPECT_GE(entries[3]["end_unix_us"].get<double>(), entries[3]["start_unix_us"].get<double>());
   }
   // Nothing half-written is left beside it.
@@ -317,7 +347,8 @@ TEST(FlightRecorderSummaryTest, AbortedNamesTheReplicaThatFailed) {
   EXPECT_EQ(e->cause_replica(), 5);
   EXPECT_EQ(std::string(e->what()).rfind("released by a peer\nflight recorder", 0), 0u)
       << e->what();
-  EXPECT_HAS_SUBSTR(std::string(e->what()), "\n  replica 0: step 2, #0 barrier, issued ");
+  EXPECT_HAS_SUBSTR(std::string(e->what()), "\n  replica 0: step 2, #0 barrier at trace_test.cc:");
+  EXPECT_HAS_SUBSTR(std::string(e->what()), ", issued ");
 }
 
 // ---- (c) SIGUSR1 -------------------------------------------------------------------------
@@ -477,6 +508,12 @@ TEST(TimelineTest, OneTrackPerReplicaWithEveryStepAndCollective) {
         EXPECT_EQ(e["args"]["seq"], k);
         EXPECT_EQ(e["args"]["step"], s + 1);
         EXPECT_EQ(e["args"]["bytes"], bytes[k]);
+        // The caller's line; the end of a step is the runtime's own, and names none.
+        if (k < 3) {
+          EXPECT_EQ(e["args"]["at"].get<std::string>().rfind("trace_test.cc:", 0), 0u) << e;
+        } else {
+          EXPECT_FALSE(e["args"].contains("at")) << e;
+        }
         // Inside its step.
         const nlohmann::json& step = steps[r][static_cast<std::size_t>(s)];
         EXPECT_GE(e["ts"].get<double>() + 1, step["ts"].get<double>());
@@ -507,6 +544,119 @@ TEST(TimelineTest, UncreatableFileIsConfigError) {
 }
 
 // ---- (e) settings ------------------------------------------------------------------------
+
+// ---- (d) the straggler watch -------------------------------------------------------------
+
+// The lines of `text` that the straggler watch printed.
+std::vector<std::string> straggler_lines(const std::string& text) {
+  std::vector<std::string> found;
+  for (const std::string& line : lines_of(text)) {
+    if (line.rfind("replicator: ", 0) == 0 && line.find(" waited ") != std::string::npos) {
+      found.push_back(line);
+    }
+  }
+  return found;
+}
+
+TEST(StragglerTest, AReplicaSlowInComputeIsNamedOnceWithItsLastCollective) {
+  Config config = with_replicas(3, milliseconds(30'000));
+  config.straggler_after = milliseconds(100);
+  Replicator repl(config);
+  std::atomic<std::uint32_t> barrier_line{0}, reduce_line{0};
+  testing::internal::CaptureStderr();
+  repl.run([&](ReplicaContext& ctx) {
+    barrier_line = CallSite::here().line + 1;
+    ctx.barrier();
+    if (ctx.replica_id() == 2) std::this_thread::sleep_for(milliseconds(700));
+    std::vector<float> v(4, 1.0f);
+    reduce_line = CallSite::here().line + 1;
+    ctx.all_reduce(v);
+  });
+  const std::string err = testing::internal::GetCapturedStderr();
+  const std::vector<std::string> lines = straggler_lines(err);
+  ASSERT_EQ(lines.size(), 1u) << err;
+  const std::string& line = lines[0];
+  EXPECT_EQ(line.rfind("replicator: replicas 0-1 have waited ", 0), 0u) << line;
+  EXPECT_HAS_SUBSTR(line, " at all_reduce #1 at trace_test.cc:" + std::to_string(reduce_line) +
+                              " for replica 2 (this process): in compute for ");
+  EXPECT_HAS_SUBSTR(
+      line, " since its collective barrier #0 at trace_test.cc:" + std::to_string(barrier_line));
+}
+
+TEST(StragglerTest, NoLineWhenEveryoneArrivesInTimeOrWhenOff) {
+  for (const milliseconds after : {milliseconds(0), milliseconds(-1)}) {
+    Config config = with_replicas(2, milliseconds(30'000));
+    config.straggler_after = after;
+    Replicator repl(config);
+    testing::internal::CaptureStderr();
+    for (int step = 0; step < 200; ++step) {
+      repl.run([&](ReplicaContext& ctx) {
+        std::vector<float> v(64, 1.0f);
+        ctx.all_reduce(v);
+        if (after.count() < 0 && ctx.replica_id() == 1 && step == 0) {
+          std::this_thread::sleep_for(milliseconds(300));
+        }
+        ctx.barrier();
+      });
+    }
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_TRUE(straggler_lines(err).empty()) << err;
+  }
+  Config config;
+  config.timeout = milliseconds(60'000);
+  EXPECT_EQ(config.straggler_limit(), milliseconds(5'000));
+  config.timeout = milliseconds(2'000);
+  EXPECT_EQ(config.straggler_limit(), milliseconds(500));
+  config.set("straggler-after", "off");
+  EXPECT_EQ(config.straggler_limit(), milliseconds(0));
+  config.set("straggler-after", "2s");
+  EXPECT_EQ(config.straggler_limit(), milliseconds(2'000));
+}
+
+TEST(StragglerTest, StatusFilesRoundTripAndProcStates) {
+  detail::ProcessStatus s{.rank = 1, .pid = 4242, .host = "node a", .written_unix_ns = 17};
+  s.replicas.push_back({.replica = 2,
+                        .step = 3,
+                        .sequence = 40,
+                        .state = CallState::kDone,
+                        .any = true,
+                        .op = "end of step",
+                        .site = "my_train 100%.cc:118",
+                        .start_unix_ns = 5,
+                        .end_unix_ns = 9});
+  s.replicas.push_back({.replica = 3});
+  const std::optional<detail::ProcessStatus> back = detail::parse_status(detail::status_text(s));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->rank, 1);
+  EXPECT_EQ(back->pid, 4242);
+  EXPECT_EQ(back->host, "node a");
+  EXPECT_EQ(back->written_unix_ns, 17);
+  ASSERT_EQ(back->replicas.size(), 2u);
+  EXPECT_EQ(back->replicas[0].op, "end of step");
+  EXPECT_EQ(back->replicas[0].site, "my_train 100%.cc:118");
+  EXPECT_EQ(back->replicas[0].sequence, 40u);
+  EXPECT_EQ(back->replicas[0].end_unix_ns, 9);
+  EXPECT_TRUE(back->replicas[0].any);
+  EXPECT_FALSE(back->replicas[1].any);
+  EXPECT_EQ(back->replicas[1].site, "");
+  EXPECT_FALSE(detail::parse_status("replicator-status 2\n"));
+  EXPECT_FALSE(detail::parse_status("rank 1\n"));
+  EXPECT_FALSE(detail::parse_status(detail::status_text(s) + "replica x\n"));
+
+  EXPECT_EQ(detail::process_state(getpid()), "alive");
+  const pid_t child = fork();
+  if (child == 0) {
+    raise(SIGSTOP);
+    _exit(0);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, WUNTRACED), child);
+  EXPECT_EQ(detail::process_state(child), "stopped");
+  kill(child, SIGKILL);
+  waitpid(child, &status, 0);
+  EXPECT_EQ(detail::process_state(child), "gone");
+}
 
 TEST(TraceConfigTest, BadValuesAreConfigErrors) {
   Config config;

@@ -6,7 +6,8 @@
 #
 # CASE: determinism-mpi, determinism-gloo, mismatch-mpi, mismatch-gloo,
 #       local-mismatch-mpi, local-mismatch-gloo, throw-mpi, throw-gloo, stop-mpi, stop-gloo,
-#       native-deadline-mpi, kill-mpi, kill-gloo, timeline-mpi, timeline-gloo, two-hosts-gloo
+#       straggler-mpi, straggler-gloo, native-deadline-mpi, kill-mpi, kill-gloo, timeline-mpi,
+#       timeline-gloo, two-hosts-gloo
 # Exit 0 on success, 1 on failure, 77 when the case cannot run here (ctest: skipped).
 set -uo pipefail
 build="${1:?build dir}"
@@ -17,6 +18,85 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 mpi=(timeout 120 mpirun --oversubscribe --bind-to none)
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# straggler_job ENGINE SCENARIO OUT: starts the 2 x 2 straggler scenario in the background
+# (output to OUT) with straggler_after 1 s; sets `job` to its pid.
+straggler_job() {
+  export REPLICATOR_STRAGGLER_AFTER=1s REPLICATOR_TIMEOUT=60s
+  if [[ $1 == mpi ]]; then
+    "${mpi[@]}" -np 2 -x REPLICATOR_LOCAL_REPLICAS=2 -x REPLICATOR_STRAGGLER_AFTER \
+      -x REPLICATOR_TIMEOUT ${REPLICATOR_TRACE_DIR:+-x REPLICATOR_TRACE_DIR} "$prog" "$2" \
+      >"$3" 2>&1 &
+  else
+    timeout 120 "$launcher" launch -n 2 --local-replicas 2 -- "$prog" "$2" >"$3" 2>&1 &
+  fi
+  job=$!
+}
+
+# seconds_of TEXT: "1.2 s" or "850 ms" as seconds.
+seconds_of() { awk '{ print ($2 == "ms") ? $1 / 1000 : $1 }' <<<"$1"; }
+
+# expect_straggler ENGINE: a SIGSTOPped process is named by the other within 1 s past
+# straggler_after, with its last collective and line, once; resumed, the job ends normally.
+expect_straggler() {
+  local out line pid job waited
+  out=$(mktemp)
+  straggler_job "$1" straggler "$out"
+  for _ in $(seq 1 300); do
+    line=$(grep -m1 'replicas 0-1 have waited' "$out") && break
+    sleep 0.1
+  done
+  pid=$(grep -o 'pid [0-9]*, stopped' <<<"$line" | grep -o '[0-9]*')
+  pkill -CONT -f "replicator_multiproc straggler"
+  wait "$job" || fail "the job failed after SIGCONT: $(cat "$out")"
+  [[ -n $pid ]] || fail "process 0 did not name a stopped process: $(cat "$out")"
+  local site='multiproc_main.cc:[0-9]*'
+  grep -q "have waited [0-9.]* m\?s at all_reduce #1 at $site for replica 2 (process 1, pid $pid, stopped): last barrier #0 at $site, done" <<<"$line" ||
+    fail "the line does not name the stopped replica, its last collective and line: $line"
+  waited=$(seconds_of "$(grep -o 'waited [0-9.]* m\?s' <<<"$line" | cut -d' ' -f2-)")
+  awk -v w="$waited" 'BEGIN { exit !(w <= 2.0) }' ||
+    fail "named after $waited s, more than straggler_after + 1 s: $line"
+  [[ $(grep -c '(process 1, pid' "$out") == 1 ]] || fail "named more than once: $(cat "$out")"
+  [[ $(grep -c 'straggler ok' "$out") == 2 ]] || fail "the job did not finish: $(cat "$out")"
+  echo "stopped process named after $waited s (straggler_after 1 s): $line"
+  rm -f "$out"
+}
+
+# expect_slow ENGINE: a replica sleeping in compute is named as such, by the other process
+# and by its own; the flight-recorder dumps both processes write on SIGUSR1 meanwhile give
+# one verdict naming it, whichever dump is read first.
+expect_slow() {
+  local out job dumps line verdict
+  out=$(mktemp)
+  dumps=$(mktemp -d)
+  REPLICATOR_TRACE_DIR="$dumps" straggler_job "$1" slow "$out"
+  for _ in $(seq 1 300); do
+    line=$(grep -m1 'replicas 0-1 have waited' "$out") && break
+    sleep 0.1
+  done
+  pkill -USR1 -f "^$prog slow"
+  wait "$job" || fail "the job failed: $(cat "$out")"
+  local site='multiproc_main.cc:[0-9]*'
+  grep -q "replicas 0-1 have waited [0-9.]* m\?s at all_reduce #1 at $site for replica 2 (process 1, pid [0-9]*, alive): in compute for [0-9.]* m\?s since its collective barrier #0 at $site" "$out" ||
+    fail "process 0 does not name the replica in compute: $(cat "$out")"
+  grep -q "replica 3 has waited [0-9.]* m\?s at all_reduce #1 at $site for replica 2 (this process): in compute for [0-9.]* m\?s since its collective barrier #0 at $site" "$out" ||
+    fail "process 1 does not name its replica in compute: $(cat "$out")"
+  [[ $(grep -c 'straggler ok' "$out") == 2 ]] || fail "the job did not finish: $(cat "$out")"
+  grep 'have waited\|has waited' "$out"
+  [[ $(find "$dumps" -name 'flight_recorder.*.json' | wc -l) == 2 ]] ||
+    fail "expected one dump per process in $dumps: $(ls "$dumps")"
+  verdict=$("$launcher" diagnose "$dumps") || fail "diagnose failed: $verdict"
+  grep -q "^verdict: replica 2 fell behind first: last barrier #0 at $site (step [0-9]*), done; replicas 0-1, 3 waited at all_reduce #1 at $site (step [0-9]*)$" <<<"$verdict" ||
+    fail "the verdict does not name replica 2: $verdict"
+  # The other reading order: rank 1's dump first.
+  mkdir "$dumps/swapped"
+  cp "$dumps"/flight_recorder.rank0.*.json "$dumps/swapped/flight_recorder.z.json"
+  cp "$dumps"/flight_recorder.rank1.*.json "$dumps/swapped/flight_recorder.a.json"
+  [[ $("$launcher" diagnose "$dumps/swapped" | head -1) == $(head -1 <<<"$verdict") ]] ||
+    fail "another reading order gives another verdict"
+  echo "$verdict"
+  rm -rf "$out" "$dumps"
+}
 
 # digest_of LAYOUT...: runs the digest scenario and prints the digest line.
 digest_local() { REPLICATOR_LOCAL_REPLICAS=$1 timeout 120 "$prog" digest | grep '^digest'; }
@@ -53,7 +133,7 @@ expect_stop_ended() {
   grep -q '^\(\[rank 0\] \)\?flight recorder' <<<"$1" || fail "no flight recorder summary: $1"
   grep -q 'replica 1 (process 1): never arrived at all_reduce #100 within 3000 ms' <<<"$1" ||
     fail "the summary does not name the stopped replica 1: $1"
-  grep -q 'replica 0: step 2, #100 all_reduce f32 x 1024 (4 KiB), in progress for [0-9.]* s' \
+  grep -q 'replica 0: step 2, #100 all_reduce f32 x 1024 (4 KiB) at multiproc_main.cc:[0-9]*, in progress for [0-9.]* s' \
     <<<"$1" || fail "the summary does not show the survivor's collective in progress: $1"
   (( $2 < 60 )) || fail "the job took $2 s to end after a 3 s timeout: $1"
   if pgrep -f "replicator_multiproc stop" > /dev/null; then
@@ -146,6 +226,10 @@ case "$case_name" in
     out=$("${mpi[@]}" -np 3 "$prog" kill 2>&1) && fail "the job should have failed: $out"
     grep -q 'rank 2' <<<"$out" || fail "no message names rank 2: $out"
     echo "job ended after $(( $(date +%s) - start )) s: $(grep -m1 'rank 2' <<<"$out")"
+    ;;
+  straggler-mpi | straggler-gloo)
+    expect_straggler "${case_name#straggler-}"
+    expect_slow "${case_name#straggler-}"
     ;;
   kill-gloo)
     # Plain background processes (the launcher would stop the survivors itself).

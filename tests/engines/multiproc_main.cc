@@ -17,6 +17,10 @@
 //              all_reduces; the others print "stop detected: <error>" (whose flight
 //              recorder summary names the stopped replica) and exit 1 (a failed job),
 //              which must end the whole job
+//   straggler  (2 processes x 2 replicas) process 1's first replica stops its process
+//              (SIGSTOP) after a barrier, 0.6 s in: process 0's straggler watch names it
+//              (the test resumes it); prints "straggler ok" per process
+//   slow       as straggler, the replica sleeping 2.5 s instead: named as in compute
 //   native-deadline  (mpi) process 0 runs the engine's own all-reduce alone, with a 2 s
 //              deadline: it must end the job (MPI cannot cancel it)
 //   kill       the last process SIGKILLs itself in the middle of a stream of
@@ -25,6 +29,7 @@
 // Exit 0 when the scenario's expectation held, 1 otherwise.
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -108,17 +113,40 @@ int report(const std::exception_ptr& error, const char* ok) {
   return 1;
 }
 
+// Process 0's replicas and the others call from different lines: the message every replica
+// gets names both ("at multiproc_main.cc:<line>").
 int mismatch(Replicator& repl, bool by_signature) {
   const int L = repl.num_local_replicas();
-  return report<CollectiveMismatch>(harness::capture([&] {
-                                      repl.run([&](ReplicaContext& ctx) {
-                                        const bool first = ctx.replica_id() < L;
-                                        std::vector<float> v(by_signature || first ? 4 : 5, 1.f);
-                                        ctx.all_reduce(
-                                            v, {.signature = by_signature && first ? 5u : 7u});
-                                      });
-                                    }),
-                                    "mismatch ok");
+  std::atomic<int> lines[2] = {0, 0};
+  const std::exception_ptr error = harness::capture([&] {
+    repl.run([&](ReplicaContext& ctx) {
+      const bool first = ctx.replica_id() < L;
+      std::vector<float> v(by_signature || first ? 4 : 5, 1.f);
+      const std::uint64_t signature = by_signature && first ? 5u : 7u;
+      if (first) {
+        lines[0] = __LINE__ + 1;
+        ctx.all_reduce(v, {.signature = signature});
+      } else {
+        lines[1] = __LINE__ + 1;
+        ctx.all_reduce(v, {.signature = signature});
+      }
+    });
+  });
+  const int status = report<CollectiveMismatch>(error, "mismatch ok");
+  if (status != 0) return status;
+  const std::string message = harness::describe(error);
+  // This process's replicas took one branch; the other branch's call is 3 lines below the
+  // first's.
+  const int first_line = lines[0] != 0 ? lines[0].load() : lines[1].load() - 3;
+  for (const int line : {first_line, first_line + 3}) {
+    const std::string site = "at multiproc_main.cc:" + std::to_string(line);
+    if (message.find(site) == std::string::npos) {
+      std::fprintf(stderr, "the message does not name %s: %s\n", site.c_str(), message.c_str());
+      return 1;
+    }
+  }
+  std::printf("both call sites named\n");
+  return 0;
 }
 
 // Aborted on the others, ReplicaFailed (replica 1's own error) on its process; every
@@ -274,6 +302,24 @@ int stop_one(Replicator& repl, int rank, int processes) {
   return 1;  // a failed job, whatever was detected
 }
 
+// Process 1's first replica is slow after the barrier: it sleeps `pause` and then, when
+// `stop`, SIGSTOPs its process (the test sends SIGCONT once process 0 has named it). The
+// straggler watch of process 0 must name it; the job then ends normally. Prints
+// "straggler ok" per process.
+int straggler(Replicator& repl, std::chrono::milliseconds pause, bool stop) {
+  repl.run([&](ReplicaContext& ctx) {
+    ctx.barrier();
+    if (ctx.replica_id() == ctx.num_local_replicas()) {
+      std::this_thread::sleep_for(pause);
+      if (stop) raise(SIGSTOP);
+    }
+    std::vector<float> v(4, 1.f);
+    ctx.all_reduce(v);
+  });
+  std::printf("straggler ok\n");
+  return 0;
+}
+
 // PeerLost, or Aborted (released by a process that got PeerLost first, naming the lost one).
 int kill_one(Replicator& repl, int rank, int processes) {
   const auto start = std::chrono::steady_clock::now();
@@ -317,7 +363,8 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(
         stderr,
-        "usage: %s digest|mismatch|signature|local-mismatch|throw|stop|native-deadline|kill\n",
+        "usage: %s "
+        "digest|mismatch|signature|local-mismatch|throw|stop|straggler|slow|native-deadline|kill\n",
         argv[0]);
     return 2;
   }
@@ -335,6 +382,8 @@ int main(int argc, char** argv) {
   if (scenario == "kill") return kill_one(repl, rank, processes);
   if (scenario == "local-mismatch") return local_mismatch(config);
   if (scenario == "stop") return stop_one(repl, rank, processes);
+  if (scenario == "straggler") return straggler(repl, std::chrono::milliseconds(600), true);
+  if (scenario == "slow") return straggler(repl, std::chrono::milliseconds(2500), false);
   if (scenario == "native-deadline") return native_deadline(config, rank);
   std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
   return 2;

@@ -34,16 +34,18 @@ write("store_url", "relative", "file://relative/dir")
 
 # ---- frames: P-1, L-1, rank, then P frames of 256 bytes (src/collectives/frames.h) --------
 # FrameHeader: sequence, count, layout (u64), root (i32), kind, op, dtype, flags (u8),
-# num_buffers (u32), padded to 40 bytes; a kLocalMismatch frame's payload is a LocalMismatch:
+# num_buffers, site_file, site_line (u32), 48 bytes; a kLocalMismatch frame's payload is a
+# LocalMismatch:
 # the other call's FrameHeader and other_local (u32).
 ALL_REDUCE, ALL_GATHER, BROADCAST, BARRIER, END_STEP = 0, 1, 2, 7, 8
 F32, I64 = 0, 5
 SUM, MAX = 0, 3
 
 
-def header(seq, kind, count=0, op=SUM, dtype=F32, root=0, layout=0, flags=0, buffers=1):
-    return struct.pack("<QQQiBBBBI", seq, count, layout, root, kind, op, dtype, flags,
-                       buffers).ljust(40, b"\0")
+def header(seq, kind, count=0, op=SUM, dtype=F32, root=0, layout=0, flags=0, buffers=1,
+           site_file=0, site_line=0):
+    return struct.pack("<QQQiBBBBIII", seq, count, layout, root, kind, op, dtype, flags,
+                       buffers, site_file, site_line).ljust(48, b"\0")
 
 
 def frame(head, payload=b""):

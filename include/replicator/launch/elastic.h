@@ -18,6 +18,10 @@
 // `max_restarts`; a host joining does not. The job is done when every worker of a generation
 // exited 0.
 //
+// With REPLICATOR_TRACE_DIR set for the agent, each generation's workers write their
+// flight-recorder dumps to its folder generation<g>, and when a generation ends the agent
+// says the verdict of the dumps on its host (replicator/launch/diagnose.h).
+//
 // Elastic jobs run on the gloo engine only: the agent refuses to run under mpirun or with
 // REPLICATOR_ENGINE set to another engine, and a worker of an elastic job asked for another
 // engine fails with ConfigError.

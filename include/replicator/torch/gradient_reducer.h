@@ -58,8 +58,9 @@ class GradientReducer {
   // reduced gradients in each parameter's .grad. BLOCKS (collectives); throws what
   // collectives throw, and Error when a gradient bypassed the reducer (a parameter's data
   // was replaced and zero_grad() not called before backward). Call once after each
-  // backward, before the optimizer step.
-  void synchronize();
+  // backward, before the optimizer step. `where` (the caller's line) names the buckets
+  // reduced here in messages; those reduced from within backward name the reducer.
+  void synchronize(CallSite where = CallSite::here());
 
   std::size_t num_buckets() const;
   // How many buckets of the last synchronized step were reduced from within backward.
@@ -80,8 +81,8 @@ class ReplicatedOptimizer {
   // Zeros the gradients; never blocks.
   void zero_grad() { reducer_.zero_grad(); }
   // Reduces gradients (BLOCKS; throws what collectives throw), then steps the optimizer.
-  void step() {
-    reducer_.synchronize();
+  void step(CallSite where = CallSite::here()) {
+    reducer_.synchronize(where);
     optimizer_->step();
   }
 

@@ -9,6 +9,7 @@
 // Supported dtypes: float32, float64, bfloat16, float16, int32, int64, uint8. Tensors may
 // be non-contiguous (they go through a contiguous copy); in-place calls write through the
 // tensor, whatever its strides, and do not record the write in autograd.
+// Each takes the caller's line last (call_site.h), which the messages name.
 // Namespace note: inside namespace replicator, LibTorch is `::torch`.
 #pragma once
 
@@ -27,33 +28,36 @@ DType dtype_of(c10::ScalarType type);
 
 // Reduces `tensor` over replicas in place (sum by default; kMean divides by R).
 void all_reduce(ReplicaContext& ctx, const ::torch::Tensor& tensor,
-                const ReduceOptions& options = {});
+                const ReduceOptions& options = {}, CallSite where = CallSite::here());
 // Fused: one collective over every tensor of the list (dtypes may differ).
 void all_reduce(ReplicaContext& ctx, const std::vector<::torch::Tensor>& tensors,
-                const ReduceOptions& options = {});
+                const ReduceOptions& options = {}, CallSite where = CallSite::here());
 
 // Copies the root replica's `tensor` into `tensor` on every replica, in place.
 void broadcast(ReplicaContext& ctx, const ::torch::Tensor& tensor,
-               const BroadcastOptions& options = {});
+               const BroadcastOptions& options = {}, CallSite where = CallSite::here());
 void broadcast(ReplicaContext& ctx, const std::vector<::torch::Tensor>& tensors,
-               const BroadcastOptions& options = {});
+               const BroadcastOptions& options = {}, CallSite where = CallSite::here());
 
 // Returns a new tensor of shape [R, *tensor.shape]: row r is replica r's tensor.
 ::torch::Tensor all_gather(ReplicaContext& ctx, const ::torch::Tensor& tensor,
-                           const CollectiveOptions& options = {});
+                           const CollectiveOptions& options = {},
+                           CallSite where = CallSite::here());
 
 // `tensor` has R·k rows (dim 0); returns this replica's k rows of the reduction.
 ::torch::Tensor reduce_scatter(ReplicaContext& ctx, const ::torch::Tensor& tensor,
-                               const ReduceOptions& options = {});
+                               const ReduceOptions& options = {},
+                               CallSite where = CallSite::here());
 
 // `tensor` has R·k rows; block j (k rows) goes to replica j, and the result holds, as
 // block r, what replica r sent to this one. Same shape as `tensor`.
 ::torch::Tensor all_to_all(ReplicaContext& ctx, const ::torch::Tensor& tensor,
-                           const CollectiveOptions& options = {});
+                           const CollectiveOptions& options = {},
+                           CallSite where = CallSite::here());
 
 // Makes every replica's parameters and buffers equal to the root's (one fused broadcast).
 // Every replica must pass a module with the same parameter and buffer shapes.
 void broadcast_parameters(ReplicaContext& ctx, ::torch::nn::Module& module,
-                          const BroadcastOptions& options = {});
+                          const BroadcastOptions& options = {}, CallSite where = CallSite::here());
 
 }  // namespace replicator::torch

@@ -6,6 +6,7 @@
 #include "replicator/errors.h"
 #include "src/collectives/frames.h"
 #include "src/collectives/table.h"
+#include "src/comm/site_files.h"
 
 namespace replicator::detail {
 namespace {
@@ -27,8 +28,8 @@ auto on_transport(const ProcessLayout& layout, const Descriptor& d, Fn&& call) {
     // The transport counts from its own wait; the user set the collective's limit.
     const auto limit = d.timeout.count() > 0 ? d.timeout : e.deadline();
     throw Timeout(std::string(d.name()) + " #" + std::to_string(d.sequence) + " (" + d.describe() +
-                      ") timed out after " + std::to_string(limit.count()) + " ms waiting for " +
-                      names +
+                      ")" + site_suffix(d.call.where) + " timed out after " +
+                      std::to_string(limit.count()) + " ms waiting for " + names +
                       ". Check that every replica issues the same collectives, or raise the "
                       "timeout.",
                   std::string(d.name()), d.sequence, limit, std::move(missing));

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "replicator/errors.h"
+#include "src/comm/site_files.h"
 
 namespace replicator::detail {
 namespace {
@@ -113,9 +114,9 @@ void LocalEngine::arrive_and_wait(int me, const Descriptor& d, Waiter::Clock::ti
       }
     }
     const std::string what =
-        std::string(d.name()) + " #" + std::to_string(d.sequence) + " (" + d.describe() +
-        ") timed out after " + std::to_string(timeout.count()) + " ms: replica" +
-        (missing.size() == 1 ? " " : "s ") + replica_list(missing) +
+        std::string(d.name()) + " #" + std::to_string(d.sequence) + " (" + d.describe() + ")" +
+        site_suffix(d.call.where) + " timed out after " + std::to_string(timeout.count()) +
+        " ms: replica" + (missing.size() == 1 ? " " : "s ") + replica_list(missing) +
         " never arrived. Check that every replica issues the same collectives, or raise the "
         "timeout (Config::timeout or the call's timeout option).";
     cause_ = Cause{.timed_out = true,
