@@ -30,7 +30,7 @@ for sanitizer in address thread; do
     -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DREPLICATOR_SANITIZE="$sanitizer" "${torch_only[@]}" \
     >/dev/null
   cmake --build "$out" -j"${JOBS:-2}" --target torch_tests data_tests
-  ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" \
+  ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" LSAN_OPTIONS="suppressions=$root/tests/lsan.supp" \
     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/tests/tsan.supp" \
     ctest --test-dir "$out" --no-tests=error --output-on-failure -R '^(torch|data)_tests$'
 done

@@ -42,7 +42,7 @@ TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/tests/t
 echo "== AddressSanitizer: core tests"
 BUILD_TYPE=RelWithDebInfo "$root/scripts/build.sh" "$root/build-asan" \
   -DREPLICATOR_SANITIZE=address "${core_only[@]}"
-ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" \
+ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" LSAN_OPTIONS="suppressions=$root/tests/lsan.supp" \
   run_ctest --test-dir "$root/build-asan" -j2 -L unit
 
 echo "== fuzzing: each parser's libFuzzer target for 30 s (tests/fuzz)"
