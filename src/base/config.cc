@@ -49,6 +49,12 @@ std::chrono::microseconds parse_duration(std::string_view text, std::string_view
   return std::chrono::microseconds(n * scale);
 }
 
+// A duration, or "off" (negative: the straggler watch is off).
+std::chrono::milliseconds parse_straggler_after(std::string_view value, std::string_view what) {
+  if (value == "off") return std::chrono::milliseconds(-1);
+  return std::chrono::duration_cast<std::chrono::milliseconds>(parse_duration(value, what));
+}
+
 void Config::set(std::string_view name, std::string_view value) {
   const std::string what = "option " + detail::quoted(name);
   if (name == "local-replicas") {
@@ -134,10 +140,7 @@ void Config::set(std::string_view name, std::string_view value) {
     }
     heartbeat_store = value;
   } else if (name == "straggler-after") {
-    straggler_after =
-        value == "off"
-            ? std::chrono::milliseconds(-1)
-            : std::chrono::duration_cast<std::chrono::milliseconds>(parse_duration(value, what));
+    straggler_after = parse_straggler_after(value, what);
   } else if (name == "flight-recorder-size") {
     const long long n = parse_integer(value, what);
     if (n < 0 || n > (1 << 20)) {

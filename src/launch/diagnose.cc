@@ -139,12 +139,14 @@ std::string verdict_of(const std::vector<View>& views, const std::vector<Dump>& 
     const auto at = v.last ? v.last->where() : std::make_pair<std::uint64_t, std::uint64_t>(0, 0);
     if (at == *behind) first.push_back(v.replica);
   }
-  const std::string waiting = waited.empty() || !front ? ""
-                                                       : "; " + detail::replicas_text(waited) +
-                                                             " waited at " + front->call();
+  const std::string waiting =
+      waited.empty() || !front
+          ? ""
+          : "; " + replicator::detail::replicas_text(waited) + " waited at " + front->call();
   if (!first.empty()) {
     const View& v = views[static_cast<std::size_t>(first.front())];
-    return detail::replicas_text(first) + " fell behind first: " + describe(v.last, true) + waiting;
+    return replicator::detail::replicas_text(first) +
+           " fell behind first: " + describe(v.last, true) + waiting;
   }
   if (!no_dump.empty()) {
     std::string processes;
@@ -224,8 +226,12 @@ Diagnosis diagnose_dumps(const std::vector<std::string>& texts,
     const auto d = std::find_if(dumps.begin(), dumps.end(),
                                 [&](const Dump& x) { return x.rank == v.process; });
     const std::string pid = d != dumps.end() ? ", pid " + std::to_string(d->pid) : "";
-    out.lines.push_back(detail::replicas_text(ids) + " (process " + std::to_string(v.process) +
-                        pid + "): " + said);
+    std::string line = replicator::detail::replicas_text(ids);
+    line += " (process " + std::to_string(v.process);
+    line += pid;
+    line += "): ";
+    line += said;
+    out.lines.push_back(std::move(line));
     i = j + 1;
   }
   for (const View& v : views) {

@@ -128,7 +128,7 @@ void Agent::end(int g, bool failure, const std::string& why) {
 }
 
 std::string Agent::generation_dumps(int g) {
-  const char* dir = std::getenv("REPLICATOR_TRACE_DIR");
+  const char* dir = replicator::detail::env("REPLICATOR_TRACE_DIR");
   if (dir == nullptr || *dir == '\0') return {};
   return std::string(dir) + "/generation" + std::to_string(g);
 }

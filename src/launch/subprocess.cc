@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <system_error>
 #include <thread>
 
 #include "replicator/errors.h"
@@ -66,7 +67,8 @@ std::string file_tail(const std::string& path, std::size_t limit) {
 std::string run_capture(const std::string& command) {
   char stderr_path[] = "/tmp/replicator-stderr-XXXXXX";
   const int fd = ::mkstemp(stderr_path);
-  if (fd < 0) throw Error(std::string("cannot make a file for stderr: ") + std::strerror(errno));
+  if (fd < 0)
+    throw Error("cannot make a file for stderr: " + std::generic_category().message(errno));
   ::close(fd);
   const std::string shell = "(" + command + ") 2>" + quote(stderr_path);
   FILE* pipe = ::popen(shell.c_str(), "r");
@@ -131,6 +133,7 @@ BackgroundChild::BackgroundChild(const std::vector<std::string>& args,
     : grace_(grace) {
   if (args.empty()) throw Error("BackgroundChild: no program to start");
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   posix_spawn_file_actions_t actions;
@@ -139,7 +142,8 @@ BackgroundChild::BackgroundChild(const std::vector<std::string>& args,
   posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
   const int error = ::posix_spawnp(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
-  if (error != 0) throw Error("cannot start " + args[0] + ": " + std::strerror(error));
+  if (error != 0)
+    throw Error("cannot start " + args[0] + ": " + std::generic_category().message(error));
 }
 
 bool BackgroundChild::exited_by(std::chrono::steady_clock::time_point deadline) {

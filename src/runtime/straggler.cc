@@ -11,6 +11,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "src/base/launch_env.h"
 #include "src/base/text.h"
 
 namespace replicator::detail {
@@ -187,7 +188,7 @@ std::string status_board(const std::string& job, const std::string& store, int g
   std::string launch = store + "\n" + std::to_string(generation);
   for (const char* var : {"REPLICATOR_STORE", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid",
                           "OMPI_MCA_orte_ess_jobid", "SLURM_JOB_ID", "SLURM_STEP_ID"}) {
-    if (const char* value = std::getenv(var)) launch += std::string("\n") + var + "=" + value;
+    if (const char* value = env(var)) launch += std::string("\n") + var + "=" + value;
   }
   std::error_code error;
   std::filesystem::path dir = "/dev/shm";
