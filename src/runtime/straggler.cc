@@ -282,7 +282,7 @@ void StragglerWatch::check(Clock::time_point now) {
       duration_cast<nanoseconds>(system_clock::now().time_since_epoch()).count();
   const std::int64_t offset = now_unix - duration_cast<nanoseconds>(now.time_since_epoch()).count();
   const ProcessStatus mine = my_status(offset);
-  if (!options_.board.empty()) publish(ProcessStatus(mine));
+  if (!options_.board.empty()) publish(mine);
   // The first local replica that has waited `limit` at a collective.
   std::optional<CallRecord> target;
   for (int l = 0; l < recorders_.size() && !target; ++l) {

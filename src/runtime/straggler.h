@@ -91,12 +91,10 @@ class StragglerWatch {
   StragglerWatch(const StragglerWatch&) = delete;
   StragglerWatch& operator=(const StragglerWatch&) = delete;
 
-  // One look, as the thread takes every period (tests call it directly). Never throws but
-  // std::bad_alloc.
-  void check(FlightRecorder::Clock::time_point now);
-
  private:
   void loop();
+  // One look, as the thread takes every period. Never throws but std::bad_alloc.
+  void check(FlightRecorder::Clock::time_point now);
   ProcessStatus my_status(std::int64_t unix_offset_ns) const;
   void publish(const ProcessStatus& status);
   // The line for replicas of this process waiting at `r` since `waited`, or empty when
