@@ -25,6 +25,7 @@
 #include "replicator/dtype.h"
 #include "replicator/errors.h"
 #include "replicator/per_replica.h"
+#include "replicator/rendezvous/key_value.h"
 #include "replicator/replica_context.h"
 
 namespace replicator {
@@ -60,6 +61,11 @@ class Replicator {
   // config.trace_dir and the timeline file when set (ConfigError when it cannot), and
   // while it lives SIGUSR1 dumps its flight recorder (config.trace_signal).
   explicit Replicator(const Config& config = Config{});
+  // The same, for a gloo job whose processes meet in `meeting`, a store of the caller's
+  // (torch.distributed's, for one), instead of config.store: config.store, unless set, becomes
+  // meeting->describe(). Throws InvalidArgument when `meeting` is null or the engine is not
+  // gloo; otherwise as above.
+  Replicator(Config config, std::shared_ptr<rendezvous::KeyValueStore> meeting);
   // Stops and joins the replica threads; finishes the timeline file. Not to be called
   // while run() is in progress.
   ~Replicator();
@@ -140,6 +146,9 @@ class Replicator {
   friend std::unique_ptr<Replicator> detail::make_replicator(
       Config config, std::unique_ptr<detail::Transport> transport);
   Replicator(Config config, std::unique_ptr<detail::Transport> transport);
+  // The constructor with a meeting store, once its config is checked.
+  Replicator(Config config, std::nullptr_t,
+             const std::shared_ptr<rendezvous::KeyValueStore>& meeting);
   template <typename F>
   static detail::StepRef ref(F& f) {
     return {&f, [](void* o, ReplicaContext& ctx) { (*static_cast<F*>(o))(ctx); }};

@@ -13,7 +13,14 @@
 
 namespace replicator::detail {
 
-std::unique_ptr<Transport> make_transport(const Config& config) {
+std::unique_ptr<Transport> make_transport(const Config& config,
+                                          std::shared_ptr<rendezvous::KeyValueStore> meeting) {
+  if (meeting && config.engine != Engine::kGloo) {
+    throw InvalidArgument(
+        "a store of the caller's to meet in works with the gloo engine only, "
+        "not " +
+        std::string(to_string(config.engine)));
+  }
   switch (config.engine) {
     case Engine::kLocal:
       return make_local_transport({.lanes = config.local_replicas});
@@ -29,6 +36,7 @@ std::unique_ptr<Transport> make_transport(const Config& config) {
       return make_gloo_transport({.rank = config.rank,
                                   .size = config.world_size,
                                   .store = config.store,
+                                  .meeting = std::move(meeting),
                                   .host = config.host,
                                   .job = config.job,
                                   .lanes = config.local_replicas,

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "replicator/config.h"
+#include "replicator/rendezvous/key_value.h"
 #include "src/engines/transport.h"
 
 namespace replicator::detail {
@@ -11,6 +12,9 @@ namespace replicator::detail {
 // Never null; the local engine's has one process (make_local_transport). Blocks while the
 // processes meet (see make_mpi_transport, make_gloo_transport); throws ConfigError for an
 // engine this build lacks, and the engine's errors.
-std::unique_ptr<Transport> make_transport(const Config& config);
+// With `meeting`, the gloo engine's processes meet in it instead of config.store (any other
+// engine is an InvalidArgument).
+std::unique_ptr<Transport> make_transport(
+    const Config& config, std::shared_ptr<rendezvous::KeyValueStore> meeting = nullptr);
 
 }  // namespace replicator::detail

@@ -45,6 +45,30 @@ void check_same_local_replicas(detail::Transport& transport, int local,
 Replicator::Replicator(const Config& config)
     : Replicator(config, (config.validate(), detail::make_transport(config))) {}
 
+namespace {
+
+Config meeting_config(Config config, const rendezvous::KeyValueStore* meeting) {
+  if (meeting == nullptr) throw InvalidArgument("Replicator: the store to meet in is null");
+  if (config.engine != Engine::kGloo) {
+    throw InvalidArgument(
+        "Replicator: a store of the caller's to meet in works with the gloo "
+        "engine only, not " +
+        std::string(to_string(config.engine)));
+  }
+  if (config.store.empty()) config.store = meeting->describe();
+  config.validate();
+  return config;
+}
+
+}  // namespace
+
+Replicator::Replicator(Config config, std::shared_ptr<rendezvous::KeyValueStore> meeting)
+    : Replicator(meeting_config(std::move(config), meeting.get()), nullptr, meeting) {}
+
+Replicator::Replicator(Config config, std::nullptr_t,
+                       const std::shared_ptr<rendezvous::KeyValueStore>& meeting)
+    : Replicator(config, detail::make_transport(config, meeting)) {}
+
 Replicator::Replicator(Config config, std::unique_ptr<detail::Transport> transport)
     : config_(std::move(config)), transport_(std::move(transport)) {
   config_.validate();

@@ -3,14 +3,19 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
+
+#include "replicator/rendezvous/key_value.h"
 
 namespace replicator::detail {
 
 struct GlooOptions {
-  int rank = 0;                    // this process, 0..size-1
-  int size = 1;                    // processes
-  std::string store;               // "file:///abs/dir" or "redis://host[:port]" (port 6379)
+  int rank = 0;       // this process, 0..size-1
+  int size = 1;       // processes
+  std::string store;  // "file:///abs/dir" or "redis://host[:port]" (port 6379)
+  // A store of the caller's instead of `store` (torch.distributed's, for one): used when set.
+  std::shared_ptr<rendezvous::KeyValueStore> meeting;
   std::string host = "127.0.0.1";  // address the peers reach this process at
   std::string job = "replicator";  // key prefix in the store (several jobs may share one)
   int lanes = 1;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "replicator/errors.h"
+#include "replicator/rendezvous/key_value.h"
 #include "replicator/rendezvous/store.h"
 #include "src/engines/gloo/gloo.h"
 
@@ -51,7 +52,8 @@ class FileStore final : public gloo::rendezvous::FileStore {
   using gloo::rendezvous::FileStore::FileStore;
 };
 
-// The job's store: Gloo's FileStore or RedisStore behind a mutex (neither is thread-safe),
+// The job's store: Gloo's FileStore or RedisStore, or a caller's KeyValueStore, behind a mutex
+// (Gloo's are not thread-safe),
 // with every wait bounded by the rendezvous deadline (Gloo's own get() waits a fixed 30 s)
 // and a look that does not wait (`has`). Store failures become rendezvous::StoreError naming
 // the store; a wait past the deadline throws StoreTimeout.
@@ -93,6 +95,11 @@ class GlooStore final : public gloo::rendezvous::Store {
     }
   }
 
+  // A store of the caller's (replicator/rendezvous/key_value.h); url().text is its
+  // describe(). `kv` is not null.
+  GlooStore(std::shared_ptr<rendezvous::KeyValueStore> kv, std::string job)
+      : url_{.text = kv->describe()}, job_(std::move(job)), kv_(std::move(kv)) {}
+
   const GlooStoreUrl& url() const { return url_; }
   const std::string& job() const { return job_; }
   // The key `name` in this job's namespace: "<job>/<name>".
@@ -102,7 +109,9 @@ class GlooStore final : public gloo::rendezvous::Store {
   void set(const std::string& key, const std::vector<char>& data) override {
     std::lock_guard lock(mu_);
     guarded("writing key '" + key + "'", [&] {
-      if (redis_) {
+      if (kv_) {
+        kv_->set(key, data);
+      } else if (redis_) {
         redis_->set(key, data);
       } else {
         file_->set(key, data);
@@ -114,8 +123,9 @@ class GlooStore final : public gloo::rendezvous::Store {
     wait({key});
     std::lock_guard lock(mu_);
     std::vector<char> value;
-    guarded("reading key '" + key + "'",
-            [&] { value = redis_ ? redis_->get(key) : file_->get(key); });
+    guarded("reading key '" + key + "'", [&] {
+      value = kv_ ? kv_->get(key) : redis_ ? redis_->get(key) : file_->get(key);
+    });
     return value;
   }
 
@@ -134,7 +144,9 @@ class GlooStore final : public gloo::rendezvous::Store {
   bool has(const std::vector<std::string>& keys) {
     std::lock_guard lock(mu_);
     bool found = false;
-    guarded("looking up keys", [&] { found = redis_ ? redis_->check(keys) : file_->check(keys); });
+    guarded("looking up keys", [&] {
+      found = kv_ ? kv_->check(keys) : redis_ ? redis_->check(keys) : file_->check(keys);
+    });
     return found;
   }
 
@@ -168,6 +180,7 @@ class GlooStore final : public gloo::rendezvous::Store {
   std::mutex mu_;
   std::unique_ptr<FileStore> file_;
   std::unique_ptr<gloo::rendezvous::RedisStore> redis_;
+  std::shared_ptr<rendezvous::KeyValueStore> kv_;
   Clock::time_point deadline_ = Clock::time_point::max();
 };
 

@@ -807,7 +807,9 @@ std::unique_ptr<Transport> make_gloo_transport(const GlooOptions& options) {
   if (options.job.empty()) {
     throw InvalidArgument("gloo engine: the job name (the key prefix in the store) is empty");
   }
-  auto store = std::make_unique<GlooStore>(parse_gloo_store_url(options.store), options.job);
+  auto store = options.meeting
+                   ? std::make_unique<GlooStore>(options.meeting, options.job)
+                   : std::make_unique<GlooStore>(parse_gloo_store_url(options.store), options.job);
   ignore_sigpipe_once();
   return std::make_unique<GlooTransport>(options, std::move(store));
 }
