@@ -10,7 +10,7 @@
 # A file's layer: src/<layer>/...; apps/, bench/, examples/ and tests/ are the top. Public
 # headers include/replicator/<h>: the layer that implements them (below).
 set(REPLICATOR_LAYERS
-  base rendezvous comm engines collectives runtime launch torch data rl train apps)
+  base rendezvous comm engines collectives runtime launch torch data rl train python apps)
 
 function(_replicator_public_layer header out)
   if(header MATCHES "^replicator/(dtype|errors|config|options)\\.h$")

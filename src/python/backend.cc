@@ -1,0 +1,508 @@
+#include "src/python/backend.h"
+
+#include <ATen/Functions.h>
+
+#include <optional>
+#include <utility>
+
+#include "replicator/errors.h"
+#include "replicator/torch/tensor_collectives.h"
+#include "src/python/python_site.h"
+
+namespace replicator::python {
+namespace {
+
+using Tensors = std::vector<at::Tensor>;
+
+// torch.distributed's Store as the gloo engine's meeting place.
+class C10dMeeting final : public rendezvous::KeyValueStore {
+ public:
+  explicit C10dMeeting(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+  std::string describe() const override { return "c10d store (torch.distributed)"; }
+  void set(const std::string& key, const std::vector<char>& value) override {
+    store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    const std::vector<uint8_t> value = store_->get(key);
+    return {value.begin(), value.end()};
+  }
+  bool check(const std::vector<std::string>& keys) override { return store_->check(keys); }
+
+ private:
+  c10::intrusive_ptr<c10d::Store> store_;
+};
+
+// What a collective can take: dense CPU tensors of a dtype replicator carries.
+void check_tensor(const at::Tensor& t, const char* what) {
+  TORCH_CHECK(t.defined(), "replicator backend: ", what, " got an undefined tensor");
+  TORCH_CHECK(t.device().is_cpu(), "replicator backend: ", what, " takes CPU tensors, got one on ",
+              t.device().str(),
+              " (route other devices to another backend, e.g. "
+              "init_process_group(\"cpu:replicator,cuda:nccl\"))");
+  TORCH_CHECK(t.layout() == c10::kStrided, "replicator backend: ", what,
+              " takes dense tensors, got layout ", t.layout());
+  try {
+    (void)torch::dtype_of(t.scalar_type());
+  } catch (const InvalidArgument& e) {
+    TORCH_CHECK(false, "replicator backend: ", what, ": ", e.what());
+  }
+}
+
+void check_tensors(const Tensors& ts, const char* what) {
+  for (const auto& t : ts) check_tensor(t, what);
+}
+
+// The one tensor of a call's list (one device per process).
+const at::Tensor& single(const Tensors& ts, const char* what) {
+  TORCH_CHECK(ts.size() == 1, "replicator backend: ", what, " takes one tensor per process, got ",
+              ts.size());
+  check_tensor(ts[0], what);
+  return ts[0];
+}
+
+ReduceOp reduce_op(const c10d::ReduceOp& op, const char* what) {
+  switch (static_cast<c10d::ReduceOp::RedOpType>(op)) {
+    case c10d::ReduceOp::SUM:
+      return ReduceOp::kSum;
+    case c10d::ReduceOp::AVG:
+      return ReduceOp::kMean;
+    case c10d::ReduceOp::PRODUCT:
+      return ReduceOp::kProd;
+    case c10d::ReduceOp::MIN:
+      return ReduceOp::kMin;
+    case c10d::ReduceOp::MAX:
+      return ReduceOp::kMax;
+    default:
+      TORCH_CHECK(false, "replicator backend: ", what,
+                  " takes SUM, AVG, PRODUCT, MIN or MAX, not reduce op ",
+                  static_cast<int>(static_cast<c10d::ReduceOp::RedOpType>(op)));
+  }
+}
+
+Deadline deadline(std::chrono::milliseconds timeout) {
+  if (timeout == c10d::kUnsetTimeout || timeout.count() <= 0) return std::nullopt;
+  return timeout;
+}
+
+// A contiguous tensor with the data of `t` (t itself when it is contiguous); copy_back writes
+// it into `t` after an in-place collective.
+struct Dense {
+  at::Tensor original;
+  at::Tensor dense;
+  explicit Dense(const at::Tensor& t) : original(t), dense(t.contiguous()) {}
+  Buffer buffer() const {
+    return Buffer{dense.data_ptr(), static_cast<std::size_t>(dense.numel()),
+                  torch::dtype_of(dense.scalar_type())};
+  }
+  void copy_back() const {
+    if (!dense.is_same(original)) original.copy_(dense);
+  }
+};
+
+Buffer buffer_of(const at::Tensor& contiguous) {
+  return Buffer{contiguous.data_ptr(), static_cast<std::size_t>(contiguous.numel()),
+                torch::dtype_of(contiguous.scalar_type())};
+}
+
+// All `ts` have the shape and dtype of ts[0]; their concatenation along a new first dimension.
+at::Tensor stacked(const Tensors& ts, const char* what) {
+  check_tensors(ts, what);
+  for (const auto& t : ts) {
+    TORCH_CHECK(t.sizes() == ts[0].sizes() && t.scalar_type() == ts[0].scalar_type(),
+                "replicator backend: ", what, " takes tensors of one shape and dtype");
+  }
+  return at::stack(ts).contiguous();
+}
+
+void check_list(const Tensors& ts, int size, const at::Tensor& like, const char* what) {
+  TORCH_CHECK(static_cast<int>(ts.size()) == size, "replicator backend: ", what, " takes ", size,
+              " tensors (one per rank), got ", ts.size());
+  for (const auto& t : ts) {
+    check_tensor(t, what);
+    TORCH_CHECK(t.numel() == like.numel() && t.scalar_type() == like.scalar_type(),
+                "replicator backend: ", what, " takes tensors of ", like.numel(), " elements of ",
+                like.scalar_type(), " in its list, got ", t.numel(), " of ", t.scalar_type());
+  }
+}
+
+}  // namespace
+
+Work::Work(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs)
+    : c10d::Work(rank, type, title),
+      outputs_(std::move(outputs)),
+      future_(
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+}
+
+void Work::complete(std::exception_ptr error) {
+  finish(error);
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+}
+
+Backend::Backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                 std::chrono::milliseconds timeout)
+    : c10d::Backend(rank, size) {
+  Config config = Config::from_env();
+  config.engine = Engine::kGloo;
+  config.rank = rank;
+  config.world_size = size;
+  config.local_replicas = 1;
+  config.store.clear();
+  if (timeout.count() > 0) config.timeout = timeout;
+  config.generation = -1;
+  config.heartbeat = std::chrono::milliseconds(0);
+  replicator_ = std::make_unique<Replicator>(config, std::make_shared<C10dMeeting>(store));
+  thread_ = std::thread([this] { serve(); });
+}
+
+Backend::~Backend() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  ready_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+uint64_t Backend::getSequenceNumberForGroup() {
+  std::lock_guard lock(mu_);
+  return issued_;
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::enqueue(c10d::OpType type, const char* title,
+                                                std::vector<at::Tensor> outputs, Op op) {
+  auto work = c10::make_intrusive<Work>(getRank(), type, title, std::move(outputs));
+  const CallSite where = python_caller();
+  {
+    std::lock_guard lock(mu_);
+    ++issued_;
+    if (failure_) {
+      work->complete(failure_);
+      return work;
+    }
+    queue_.push_back(Item{work, std::move(op), where});
+  }
+  ready_.notify_one();
+  return work;
+}
+
+bool Backend::next(Item& item) {
+  std::unique_lock lock(mu_);
+  ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+  if (queue_.empty()) return false;
+  item = std::move(queue_.front());
+  queue_.pop_front();
+  return true;
+}
+
+void Backend::serve() {
+  std::exception_ptr failure;
+  try {
+    replicator_->run([this](ReplicaContext& ctx) {
+      Item item;
+      while (next(item)) {
+        try {
+          item.op(ctx, item.where);
+        } catch (...) {
+          item.work->complete(std::current_exception());
+          throw;
+        }
+        item.work->complete(nullptr);
+        item = Item{};
+      }
+    });
+    return;
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  std::deque<Item> left;
+  {
+    std::lock_guard lock(mu_);
+    failure_ = failure;
+    left.swap(queue_);
+  }
+  for (auto& item : left) item.work->complete(failure);
+}
+
+// ---- collectives ----------------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Work> Backend::broadcast(Tensors& tensors,
+                                                  const c10d::BroadcastOptions& opts) {
+  check_tensors(tensors, "broadcast");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(),
+              "replicator backend: broadcast from rank ", opts.rootRank, " of ", getSize());
+  const BroadcastOptions options{.root = static_cast<int>(opts.rootRank),
+                                 .timeout = deadline(opts.timeout)};
+  return enqueue(c10d::OpType::BROADCAST, "replicator:broadcast", tensors,
+                 [tensors, options](ReplicaContext& ctx, CallSite where) {
+                   torch::broadcast(ctx, tensors, options, where);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::allreduce(Tensors& tensors,
+                                                  const c10d::AllreduceOptions& opts) {
+  check_tensors(tensors, "all_reduce");
+  const ReduceOptions options{.op = reduce_op(opts.reduceOp, "all_reduce"),
+                              .timeout = deadline(opts.timeout)};
+  return enqueue(c10d::OpType::ALLREDUCE, "replicator:all_reduce", tensors,
+                 [tensors, options](ReplicaContext& ctx, CallSite where) {
+                   torch::all_reduce(ctx, tensors, options, where);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(
+    Tensors& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  return allreduce(tensors, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::reduce(Tensors& tensors, const c10d::ReduceOptions& opts) {
+  const at::Tensor tensor = single(tensors, "reduce");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(),
+              "replicator backend: reduce to rank ", opts.rootRank, " of ", getSize());
+  const ReduceOptions options{.op = reduce_op(opts.reduceOp, "reduce"),
+                              .timeout = deadline(opts.timeout)};
+  // Every rank reduces; only the root's tensor takes the result (the others keep theirs).
+  const bool root = opts.rootRank == getRank();
+  return enqueue(c10d::OpType::REDUCE, "replicator:reduce", tensors,
+                 [tensor, options, root](ReplicaContext& ctx, CallSite where) {
+                   torch::all_reduce(ctx, root ? tensor : tensor.clone(), options, where);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<Tensors>& outputs, Tensors& inputs,
+                                                  const c10d::AllgatherOptions& opts) {
+  const at::Tensor input = single(inputs, "all_gather");
+  TORCH_CHECK(outputs.size() == 1, "replicator backend: all_gather takes one output list");
+  check_list(outputs[0], getSize(), input, "all_gather");
+  const CollectiveOptions options{.timeout = deadline(opts.timeout)};
+  Tensors out = outputs[0];
+  return enqueue(
+      c10d::OpType::ALLGATHER, "replicator:all_gather", out,
+      [input, out, options](ReplicaContext& ctx, CallSite where) {
+        const at::Tensor in = input.contiguous();
+        at::Tensor all = at::empty({static_cast<int64_t>(out.size()), in.numel()}, in.options());
+        ctx.all_gather(buffer_of(in), buffer_of(all), options, where);
+        for (std::size_t r = 0; r < out.size(); ++r) {
+          out[r].copy_(all[static_cast<int64_t>(r)].view(out[r].sizes()));
+        }
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                        const c10d::AllgatherOptions& opts) {
+  check_tensor(input, "all_gather_into_tensor");
+  check_tensor(output, "all_gather_into_tensor");
+  TORCH_CHECK(
+      output.numel() == input.numel() * getSize() && output.scalar_type() == input.scalar_type(),
+      "replicator backend: all_gather_into_tensor's output holds world size (", getSize(),
+      ") times its input's elements, of its dtype");
+  const CollectiveOptions options{.timeout = deadline(opts.timeout)};
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, "replicator:all_gather_into_tensor", {output},
+                 [input, output, options](ReplicaContext& ctx, CallSite where) {
+                   const at::Tensor in = input.contiguous();
+                   const Dense out(output);
+                   ctx.all_gather(buffer_of(in), out.buffer(), options, where);
+                   out.copy_back();
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(std::vector<Tensors>& outputs,
+                                                            Tensors& inputs,
+                                                            const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(),
+              "replicator backend: all_gather_coalesced takes an output list per input");
+  c10::intrusive_ptr<c10d::Work> last;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    std::vector<Tensors> one{outputs[i]};
+    Tensors in{inputs[i]};
+    last = allgather(one, in, opts);
+  }
+  return last ? last : barrier(c10d::BarrierOptions{.timeout = opts.timeout});
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::allgather_into_tensor_coalesced(
+    Tensors& outputs, Tensors& inputs, const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(),
+              "replicator backend: all_gather_into_tensor_coalesced takes an output per input");
+  c10::intrusive_ptr<c10d::Work> last;
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    last = _allgather_base(outputs[i], inputs[i], opts);
+  return last ? last : barrier(c10d::BarrierOptions{.timeout = opts.timeout});
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<Tensors>& outputs, Tensors& inputs,
+                                               const c10d::GatherOptions& opts) {
+  const at::Tensor input = single(inputs, "gather");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(),
+              "replicator backend: gather to rank ", opts.rootRank, " of ", getSize());
+  const bool root = opts.rootRank == getRank();
+  Tensors out;
+  if (root) {
+    TORCH_CHECK(outputs.size() == 1,
+                "replicator backend: gather takes one output list on the root");
+    check_list(outputs[0], getSize(), input, "gather");
+    out = outputs[0];
+  } else {
+    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                "replicator backend: gather takes no output list except on the root");
+  }
+  const GatherOptions options{.root = static_cast<int>(opts.rootRank),
+                              .timeout = deadline(opts.timeout)};
+  const int size = getSize();
+  return enqueue(c10d::OpType::GATHER, "replicator:gather", out,
+                 [input, out, options, root, size](ReplicaContext& ctx, CallSite where) {
+                   const at::Tensor in = input.contiguous();
+                   at::Tensor all = root ? at::empty({size, in.numel()}, in.options())
+                                         : at::empty({0}, in.options());
+                   ctx.gather(buffer_of(in), buffer_of(all), options, where);
+                   for (std::size_t r = 0; r < out.size(); ++r) {
+                     out[r].copy_(all[static_cast<int64_t>(r)].view(out[r].sizes()));
+                   }
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::scatter(Tensors& outputs, std::vector<Tensors>& inputs,
+                                                const c10d::ScatterOptions& opts) {
+  const at::Tensor output = single(outputs, "scatter");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(),
+              "replicator backend: scatter from rank ", opts.rootRank, " of ", getSize());
+  const bool root = opts.rootRank == getRank();
+  at::Tensor all;
+  if (root) {
+    TORCH_CHECK(inputs.size() == 1, "replicator backend: scatter takes one input list on the root");
+    check_list(inputs[0], getSize(), output, "scatter");
+    all = stacked(inputs[0], "scatter").view({getSize(), output.numel()}).clone();
+  } else {
+    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
+                "replicator backend: scatter takes no input list except on the root");
+    all = at::empty({getSize(), output.numel()}, output.options());
+  }
+  // The root's whole list goes to every rank, which keeps its own row.
+  const BroadcastOptions options{.root = static_cast<int>(opts.rootRank),
+                                 .timeout = deadline(opts.timeout)};
+  const int64_t rank = getRank();
+  return enqueue(c10d::OpType::SCATTER, "replicator:scatter", {output},
+                 [all, output, options, rank](ReplicaContext& ctx, CallSite where) {
+                   torch::broadcast(ctx, all, options, where);
+                   output.copy_(all[rank].view(output.sizes()));
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(Tensors& outputs,
+                                                       std::vector<Tensors>& inputs,
+                                                       const c10d::ReduceScatterOptions& opts) {
+  const at::Tensor output = single(outputs, "reduce_scatter");
+  TORCH_CHECK(inputs.size() == 1, "replicator backend: reduce_scatter takes one input list");
+  check_list(inputs[0], getSize(), output, "reduce_scatter");
+  const at::Tensor all = stacked(inputs[0], "reduce_scatter");
+  const ReduceOptions options{.op = reduce_op(opts.reduceOp, "reduce_scatter"),
+                              .timeout = deadline(opts.timeout)};
+  return enqueue(c10d::OpType::REDUCE_SCATTER, "replicator:reduce_scatter", {output},
+                 [all, output, options](ReplicaContext& ctx, CallSite where) {
+                   const Dense out(output);
+                   ctx.reduce_scatter(buffer_of(all), out.buffer(), options, where);
+                   out.copy_back();
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  check_tensor(input, "reduce_scatter_tensor");
+  check_tensor(output, "reduce_scatter_tensor");
+  TORCH_CHECK(
+      input.numel() == output.numel() * getSize() && output.scalar_type() == input.scalar_type(),
+      "replicator backend: reduce_scatter_tensor's input holds world size (", getSize(),
+      ") times its output's elements, of its dtype");
+  const ReduceOptions options{.op = reduce_op(opts.reduceOp, "reduce_scatter_tensor"),
+                              .timeout = deadline(opts.timeout)};
+  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "replicator:reduce_scatter_tensor", {output},
+                 [input, output, options](ReplicaContext& ctx, CallSite where) {
+                   const at::Tensor in = input.contiguous();
+                   const Dense out(output);
+                   ctx.reduce_scatter(buffer_of(in), out.buffer(), options, where);
+                   out.copy_back();
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensor_coalesced(
+    Tensors& outputs, Tensors& inputs, const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(),
+              "replicator backend: reduce_scatter_tensor_coalesced takes an output per input");
+  c10::intrusive_ptr<c10d::Work> last;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    last = _reduce_scatter_base(outputs[i], inputs[i], opts);
+  }
+  return last ? last : barrier(c10d::BarrierOptions{.timeout = opts.timeout});
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                      std::vector<int64_t>& output_splits,
+                                                      std::vector<int64_t>& input_splits,
+                                                      const c10d::AllToAllOptions& opts) {
+  check_tensor(input, "all_to_all_single");
+  check_tensor(output, "all_to_all_single");
+  const int64_t size = getSize();
+  const auto even = [&](const std::vector<int64_t>& splits, const at::Tensor& t) {
+    if (splits.empty()) return true;
+    for (int64_t s : splits) {
+      if (s * size != t.size(0)) return false;
+    }
+    return true;
+  };
+  TORCH_CHECK(even(output_splits, output) && even(input_splits, input),
+              "replicator backend: all_to_all_single takes equal splits only (each rank "
+              "sends and receives the same number of rows)");
+  TORCH_CHECK(input.dim() > 0 && input.size(0) % size == 0 && output.numel() == input.numel() &&
+                  output.scalar_type() == input.scalar_type(),
+              "replicator backend: all_to_all_single takes input and output of the same size and "
+              "dtype, with a first dimension divisible by the world size (",
+              size, ")");
+  const CollectiveOptions options{.timeout = deadline(opts.timeout)};
+  return enqueue(c10d::OpType::ALLTOALL_BASE, "replicator:all_to_all_single", {output},
+                 [input, output, options](ReplicaContext& ctx, CallSite where) {
+                   const at::Tensor in = input.contiguous();
+                   const Dense out(output);
+                   ctx.all_to_all(buffer_of(in), out.buffer(), options, where);
+                   out.copy_back();
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::alltoall(Tensors& outputs, Tensors& inputs,
+                                                 const c10d::AllToAllOptions& opts) {
+  TORCH_CHECK(!inputs.empty(), "replicator backend: all_to_all takes one tensor per rank");
+  check_list(inputs, getSize(), inputs[0], "all_to_all");
+  check_list(outputs, getSize(), inputs[0], "all_to_all");
+  const at::Tensor all = stacked(inputs, "all_to_all");
+  const CollectiveOptions options{.timeout = deadline(opts.timeout)};
+  return enqueue(c10d::OpType::ALLTOALL, "replicator:all_to_all", outputs,
+                 [all, outputs, options](ReplicaContext& ctx, CallSite where) {
+                   at::Tensor got = at::empty_like(all);
+                   ctx.all_to_all(buffer_of(all), buffer_of(got), options, where);
+                   for (std::size_t r = 0; r < outputs.size(); ++r) {
+                     outputs[r].copy_(got[static_cast<int64_t>(r)].view(outputs[r].sizes()));
+                   }
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& opts) {
+  const CollectiveOptions options{.timeout = deadline(opts.timeout)};
+  return enqueue(c10d::OpType::BARRIER, "replicator:barrier", {},
+                 [options](ReplicaContext& ctx, CallSite where) { ctx.barrier(options, where); });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::send(Tensors&, int, int) {
+  TORCH_CHECK(false,
+              "replicator backend: send/recv are not supported: every replicator call is a "
+              "collective that all ranks make, checked on every rank; use broadcast, scatter or "
+              "all_to_all_single, or a second process group on gloo for point-to-point messages");
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::recv(Tensors& tensors, int src, int tag) {
+  return send(tensors, src, tag);
+}
+
+}  // namespace replicator::python

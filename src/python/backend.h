@@ -1,0 +1,140 @@
+// replicator as a torch.distributed backend: a c10d::Backend whose collectives are
+// replicator's, checked on every rank (replicator/replica_context.h).
+//
+// One process is one replica of a gloo job (Config::engine kGloo, one local replica) whose
+// processes meet in the c10d Store the backend is handed (torchrun's TCPStore, through
+// PrefixStores), so a job needs no store of its own. Each call checks its tensors at once on
+// the calling thread (a CUDA, sparse or unsupported-dtype tensor, a reduce op replicator does
+// not have: c10::Error, nothing queued) and queues the collective; the backend's own thread
+// runs the queue in order, as the collectives of one long replicator step, and completes each
+// Work (and its Future) as its collective returns. Work::wait rethrows the collective's error
+// as its own type (CollectiveMismatch, Timeout, PeerLost, Aborted); after one, the backend is
+// failed and every later Work fails with that error, as replicator's transport is poisoned
+// and the other ranks are released with Aborted.
+//
+// The job's Config comes from the environment (Config::from_env: REPLICATOR_TRACE_DIR,
+// REPLICATOR_TIMELINE, REPLICATOR_STRAGGLER_AFTER, REPLICATOR_HOST, ...), with the engine,
+// rank, world size and one local replica set from c10d's, and the default deadline from the
+// process group's timeout.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <vector>
+
+#include "replicator/call_site.h"
+#include "replicator/config.h"
+#include "replicator/replica_context.h"
+#include "replicator/replicator.h"
+
+namespace replicator::python {
+
+// A collective's handle: completed on the backend's thread; its Future holds the output
+// tensors (what DDP's communication hooks read).
+class Work final : public c10d::Work {
+ public:
+  Work(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs);
+
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  // Marks the work done (error null) or failed; wakes wait() and completes the Future.
+  void complete(std::exception_ptr error);
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class Backend final : public c10d::Backend {
+ public:
+  // Joins the other ranks through `store` (blocks until all have, at most `timeout`, the
+  // default deadline of every collective). Throws replicator's errors (ConfigError,
+  // rendezvous::StoreError, Timeout) when the job cannot start.
+  Backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+          std::chrono::milliseconds timeout);
+  // Lets the queued collectives finish, then stops the backend's thread.
+  ~Backend() override;
+
+  const std::string getBackendName() const override { return "replicator"; }
+  uint64_t getSequenceNumberForGroup() override;
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  // Point-to-point messages have no replicator collective: c10::Error saying so.
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+
+ private:
+  using Op = std::function<void(ReplicaContext&, CallSite)>;
+  struct Item {
+    c10::intrusive_ptr<Work> work;
+    Op op;
+    CallSite where;
+  };
+
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* title,
+                                         std::vector<at::Tensor> outputs, Op op);
+  bool next(Item& item);  // false: stop
+  void serve();
+
+  std::unique_ptr<Replicator> replicator_;
+  std::mutex mu_;
+  std::condition_variable ready_;
+  std::deque<Item> queue_;
+  bool stopping_ = false;
+  std::exception_ptr failure_;  // the error that ended the backend's thread
+  uint64_t issued_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace replicator::python
