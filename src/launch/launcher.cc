@@ -65,6 +65,9 @@ int run_processes(const LaunchOptions& options) {
 
   Workers workers;
   try {
+    // torchrun's variables too, so that a torch.distributed program (env:// rendezvous, whose
+    // TCPStore rank 0 serves at MASTER_ADDR:MASTER_PORT) runs unchanged under this launcher.
+    const std::string master_port = std::to_string(free_loopback_ports());
     for (int rank = 0; rank < flags.processes; ++rank) {
       std::vector<std::pair<std::string, std::string>> ours = {
           {"REPLICATOR_ENGINE", "gloo"},
@@ -72,6 +75,12 @@ int run_processes(const LaunchOptions& options) {
           {"REPLICATOR_WORLD_SIZE", std::to_string(flags.processes)},
           {"REPLICATOR_STORE", store},
           {"REPLICATOR_HOST_PROCESSES", std::to_string(flags.processes)},
+          {"MASTER_ADDR", flags.host.empty() ? "127.0.0.1" : flags.host},
+          {"MASTER_PORT", master_port},
+          {"RANK", std::to_string(rank)},
+          {"WORLD_SIZE", std::to_string(flags.processes)},
+          {"LOCAL_RANK", std::to_string(rank)},
+          {"LOCAL_WORLD_SIZE", std::to_string(flags.processes)},
       };
       if (flags.local_replicas) {
         ours.emplace_back("REPLICATOR_LOCAL_REPLICAS", std::to_string(*flags.local_replicas));

@@ -43,12 +43,19 @@ TEST_F(LaunchTest, EveryProcessGetsItsRankAndTheJobsStore) {
   options.command =
       sh("echo \"$REPLICATOR_ENGINE $REPLICATOR_WORLD_SIZE "
          "$REPLICATOR_LOCAL_REPLICAS $REPLICATOR_HOST_PROCESSES "
-         "${REPLICATOR_STORE%%//*}\" > " +
-         dir_.path().string() + "/rank.$REPLICATOR_RANK");
+         "${REPLICATOR_STORE%%//*} $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE "
+         "$MASTER_ADDR\" > " +
+         dir_.path().string() + "/rank.$REPLICATOR_RANK; echo \"$MASTER_PORT\" > " +
+         dir_.path().string() + "/port.$REPLICATOR_RANK");
   EXPECT_EQ(run_processes(options), 0);
+  const std::string port = read(dir_.path() / "port.0");
+  EXPECT_GT(std::stoi(port), 0);
   for (int rank = 0; rank < 3; ++rank) {
-    EXPECT_EQ(read(dir_.path() / ("rank." + std::to_string(rank))), "gloo 3 2 3 file:\n")
+    const std::string r = std::to_string(rank);
+    EXPECT_EQ(read(dir_.path() / ("rank." + r)),
+              "gloo 3 2 3 file: " + r + " 3 " + r + " 3 127.0.0.1\n")
         << "rank " << rank;
+    EXPECT_EQ(read(dir_.path() / ("port." + r)), port) << "every rank meets at one MASTER_PORT";
   }
 }
 

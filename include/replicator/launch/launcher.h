@@ -5,7 +5,10 @@
 // REPLICATOR_HOST_PROCESSES and REPLICATOR_STORE (by default a fresh file:// folder, removed
 // at the end), plus REPLICATOR_LOCAL_REPLICAS and REPLICATOR_HOST when given. With a store of
 // the caller's, every launch also sets a fresh REPLICATOR_JOB (unless the environment has
-// one), so that runs sharing one Redis do not meet each other's keys. Each line a process
+// one), so that runs sharing one Redis do not meet each other's keys. torchrun's variables
+// come too (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, and MASTER_ADDR, the host or
+// 127.0.0.1, with a MASTER_PORT free when the launch began), so that a torch.distributed
+// program with env:// rendezvous runs unchanged under it. Each line a process
 // prints is shown behind "[rank i] " (workers.h). The first process to exit non-zero or die
 // by a signal is reported in one line on stderr; the others get SIGTERM, then SIGKILL
 // `kill_grace` later.
