@@ -95,9 +95,12 @@ struct Registry {
   }
 };
 
+// Never destroyed: a program may exit while a Replicator still lives (a Python process that
+// never destroys its process group, one that calls exit()), and destroying a joinable thread
+// would terminate it.
 Registry& registry() {
-  static Registry r;
-  return r;
+  static Registry* r = new Registry();
+  return *r;
 }
 
 }  // namespace

@@ -446,6 +446,18 @@ TEST(SignalDumpTest, OffLeavesSigusrAlone) {
   EXPECT_EQ(now.sa_handler, SIG_DFL);
 }
 
+// A program may exit while a Replicator lives (a Python process that never destroys its
+// process group does): the SIGUSR1 thread must not end it with std::terminate.
+TEST(SignalDumpTest, ExitWithALiveReplicatorIsClean) {
+  EXPECT_EXIT(
+      {
+        auto* leaked = new Replicator(with_replicas(2, milliseconds(1000)));
+        leaked->run([](ReplicaContext& ctx) { ctx.barrier(); });
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 // ---- (d) the timeline --------------------------------------------------------------------
 
 TEST(TimelineTest, PathPerProcess) {
