@@ -12,7 +12,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Tests, apps and every engine are asked for explicitly: a build folder configured before
 # (scripts/run.sh turns the tests off) keeps its cache, and would otherwise build no test.
 full=(-DREPLICATOR_BUILD_TESTS=ON -DREPLICATOR_BUILD_APPS=ON -DREPLICATOR_WITH_MPI=ON
-  -DREPLICATOR_WITH_GLOO=ON -DREPLICATOR_WITH_TORCH=ON -DREPLICATOR_SANITIZE=)
+  -DREPLICATOR_WITH_GLOO=ON -DREPLICATOR_WITH_TORCH=ON -DREPLICATOR_BUILD_PYTHON=ON
+  -DREPLICATOR_SANITIZE=)
 # Every ctest call fails when it finds no test.
 run_ctest() { ctest --no-tests=error --output-on-failure "$@"; }
 
