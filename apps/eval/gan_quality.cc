@@ -13,6 +13,7 @@
 #include "replicator/torch/checkpoint.h"
 #include "replicator/torch/memory_format.h"
 #include "replicator/torch/sample_quality.h"
+#include "replicator/train/reporter.h"
 
 namespace replicator::apps {
 namespace {
@@ -21,9 +22,7 @@ namespace rt = replicator::torch;
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using train::seconds_since;
 
 // The training of cas_training_options(), measured on the real training set (one replica,
 // 2 threads; docs/torch.md, Sample quality): with the train job's augmentation 3, 4 and 5

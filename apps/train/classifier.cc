@@ -26,9 +26,7 @@ namespace {
 namespace rt = replicator::torch;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using train::seconds_since;
 
 // Images per second of `steps` steps of `batch` taken since `from` (0 before any).
 double images_per_s(std::int64_t steps, std::int64_t batch, Clock::time_point from) {

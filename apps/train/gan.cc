@@ -22,9 +22,7 @@ namespace {
 namespace rt = replicator::torch;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using train::seconds_since;
 
 // What draws the noise of a batch. Roles keep the streams of one step apart.
 enum class Role : std::uint64_t { kDiscriminator = 1, kGenerator = 2, kStanding = 3, kGrid = 4 };

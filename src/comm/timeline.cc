@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <system_error>
+#include <utility>
 
 #include "replicator/errors.h"
 
@@ -121,10 +122,31 @@ std::unique_ptr<TimelineLane::Chunk> Timeline::exchange(std::unique_ptr<Timeline
   return fresh ? std::move(fresh) : std::make_unique<TimelineLane::Chunk>();
 }
 
+void Timeline::mark(int replica, std::string_view name, std::string_view category,
+                    std::int64_t at_ns, std::string_view args_json) {
+  std::string line = R"({"name":)" + json_string(name) + R"(,"cat":)" + json_string(category) +
+                     R"(,"ph":"i","s":"t","pid":)" + std::to_string(rank_) + R"(,"tid":)" +
+                     std::to_string(replica) + R"(,"ts":)" + json_micros(at_ns + unix_offset_ns_) +
+                     R"(,"args":)";
+  line += args_json;
+  line += "}";
+  {
+    std::lock_guard lock(mu_);
+    marks_.push_back(std::move(line));
+  }
+  cv_.notify_one();
+}
+
 void Timeline::writer_loop() {
   std::unique_lock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stop_ || !full_.empty(); });
+    cv_.wait(lock, [&] { return stop_ || !full_.empty() || !marks_.empty(); });
+    if (!marks_.empty()) {
+      const std::vector<std::string> marks = std::exchange(marks_, {});
+      lock.unlock();
+      write_marks(marks);
+      lock.lock();
+    }
     while (!full_.empty()) {
       std::unique_ptr<TimelineLane::Chunk> chunk = std::move(full_.front());
       full_.pop_front();
@@ -134,7 +156,7 @@ void Timeline::writer_loop() {
       lock.lock();
       free_.push_back(std::move(chunk));
     }
-    if (stop_) return;
+    if (stop_ && marks_.empty()) return;
   }
 }
 
@@ -195,6 +217,11 @@ void Timeline::write_chunk(const TimelineLane::Chunk& chunk) {
   if (!text.empty() && std::fwrite(text.data(), 1, text.size(), file_) != text.size()) {
     write_failed_ = true;
   }
+  if (std::fflush(file_) != 0) write_failed_ = true;
+}
+
+void Timeline::write_marks(const std::vector<std::string>& marks) {
+  for (const std::string& line : marks) write_line(line);
   if (std::fflush(file_) != 0) write_failed_ = true;
 }
 

@@ -85,6 +85,14 @@ class Timeline {
   Timeline& operator=(const Timeline&) = delete;
 
   TimelineLane* lane(int local) { return lanes_[static_cast<std::size_t>(local)].get(); }
+
+  // Adds an instant event `name` (category `category`) at `at_ns` (steady_clock) on the
+  // track of replica `replica` (a global id, which need not be this process's), with
+  // `args_json` (a JSON object's text) as its arguments. Any thread: the event goes to the
+  // writer thread, which writes it with the next chunk. Never blocks but on the lock the
+  // lanes take to hand over a full chunk; never throws but std::bad_alloc.
+  void mark(int replica, std::string_view name, std::string_view category, std::int64_t at_ns,
+            std::string_view args_json);
   const std::string& path() const { return path_; }
 
   // The file a process of a job writes: `path` itself in a one-process job, else with
@@ -96,6 +104,7 @@ class Timeline {
   std::unique_ptr<TimelineLane::Chunk> exchange(std::unique_ptr<TimelineLane::Chunk> full);
   void write_chunk(const TimelineLane::Chunk& chunk);
   void write_line(const std::string& line);
+  void write_marks(const std::vector<std::string>& marks);
   void writer_loop();
 
   const std::string path_;
@@ -110,6 +119,7 @@ class Timeline {
   std::condition_variable cv_;
   std::deque<std::unique_ptr<TimelineLane::Chunk>> full_;
   std::vector<std::unique_ptr<TimelineLane::Chunk>> free_;
+  std::vector<std::string> marks_;  // instant events' lines, for the writer
   bool stop_ = false;
   std::thread writer_;
 };

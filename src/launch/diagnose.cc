@@ -167,7 +167,7 @@ std::string verdict_of(const std::vector<View>& views, const std::vector<Dump>& 
 }  // namespace
 
 Diagnosis diagnose_dumps(const std::vector<std::string>& texts,
-                         const std::vector<std::string>& names) {
+                         const std::vector<std::string>& names, std::int64_t since_unix_us) {
   Diagnosis out;
   std::map<int, Dump> latest;  // by rank: its latest dump speaks for it
   for (std::size_t i = 0; i < texts.size(); ++i) {
@@ -177,13 +177,23 @@ Diagnosis diagnose_dumps(const std::vector<std::string>& texts,
       out.skipped.push_back(names[i] + ": " + why);
       continue;
     }
+    if (d->time_us < static_cast<double>(since_unix_us)) {
+      out.skipped.push_back(names[i] + ": written before " + std::to_string(since_unix_us) +
+                            " us since 1970 (another run)");
+      continue;
+    }
     const auto it = latest.find(d->rank);
     if (it == latest.end() ||
         std::tie(d->time_us, d->name) > std::tie(it->second.time_us, it->second.name)) {
       latest[d->rank] = std::move(*d);
     }
   }
-  if (latest.empty()) throw ConfigError("no flight-recorder dump among the files given");
+  if (latest.empty()) {
+    throw ConfigError(since_unix_us == 0 ? "no flight-recorder dump among the files given"
+                                         : "no flight-recorder dump written since " +
+                                               std::to_string(since_unix_us) +
+                                               " us since 1970 among the files given");
+  }
   std::vector<Dump> dumps;
   int processes = 1;
   int local = 1;
@@ -261,7 +271,7 @@ Diagnosis diagnose_dumps(const std::vector<std::string>& texts,
   return out;
 }
 
-Diagnosis diagnose(const std::string& dir) {
+Diagnosis diagnose(const std::string& dir, std::int64_t since_unix_us) {
   namespace fs = std::filesystem;
   std::error_code error;
   fs::directory_iterator it(dir, error);
@@ -287,7 +297,7 @@ Diagnosis diagnose(const std::string& dir) {
     text << in.rdbuf();
     texts.push_back(text.str());
   }
-  return diagnose_dumps(texts, names);
+  return diagnose_dumps(texts, names, since_unix_us);
 }
 
 }  // namespace replicator::launch

@@ -94,8 +94,10 @@ class Agent {
   void end(int g, bool failure, const std::string& why);
   // REPLICATOR_TRACE_DIR/generation<g> when the agent has REPLICATOR_TRACE_DIR, else "".
   static std::string generation_dumps(int g);
-  // What the dumps of generation g's processes on this host tell (diagnose.h), if any.
-  static void say_verdict(int g);
+  // What the dumps of generation g's processes tell (diagnose.h), if any: those written
+  // since `since_unix_us` (when the generation began here), not those of an earlier run
+  // of the job that used the same REPLICATOR_TRACE_DIR.
+  static void say_verdict(int g, std::int64_t since_unix_us);
   std::optional<std::string> over() { return store_->get("over"); }
   // Whether the agents of generation g (its first `members` slots) have all been silent
   // for the heartbeat timeout, as watched through `beats` from the first look on.
@@ -133,13 +135,13 @@ std::string Agent::generation_dumps(int g) {
   return std::string(dir) + "/generation" + std::to_string(g);
 }
 
-void Agent::say_verdict(int g) {
+void Agent::say_verdict(int g, std::int64_t since_unix_us) {
   const std::string dumps = generation_dumps(g);
   std::error_code error;
   if (dumps.empty() || !std::filesystem::is_directory(dumps, error)) return;
   try {
     detail::say("generation " + std::to_string(g) +
-                ", from the dumps on this host: " + diagnose(dumps).verdict);
+                ", from the dumps on this host: " + diagnose(dumps, since_unix_us).verdict);
   } catch (const ConfigError&) {
     // No dump: the workers ended without a collective error.
   }
@@ -295,6 +297,12 @@ std::vector<std::string> Agent::worker_env(const Membership& m, int rank) const 
 
 Outcome Agent::run_generation(const Membership& m) {
   const int g = m.generation;
+  // When the generation began here, less a second for the clocks of hosts that share the
+  // dumps' folder.
+  const std::int64_t began_unix_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(
+          (std::chrono::system_clock::now() - std::chrono::seconds(1)).time_since_epoch())
+          .count();
   const std::string base = gen(g);
   const int first = m.slot * options_.processes;
   detail::say("generation " + std::to_string(g) + ": " + std::to_string(m.members) + " host" +
@@ -350,7 +358,7 @@ Outcome Agent::run_generation(const Membership& m) {
         if (!drain_until) drain_until = now + kDrainGrace;
         if (!workers_.any_open() || now >= *drain_until) {
           workers_.clear();
-          say_verdict(g);
+          say_verdict(g, began_unix_us);
           end_reason_ = end_reason_.empty() ? *ended : end_reason_;
           return end_reason_ == "interrupted" ? Outcome::kInterrupted : Outcome::kEnded;
         }

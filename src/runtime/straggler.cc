@@ -102,18 +102,58 @@ bool arrived(const ReplicaStatus& r, const CallRecord& target) {
   return r.any && running(r.state) && r.step == target.step && r.sequence == target.sequence;
 }
 
-// Runs of consecutive replicas that `said` says the same of, as "replicas 2-3 (...): text".
-void add_runs(const std::vector<std::pair<int, std::string>>& said, const std::string& where,
-              std::vector<std::string>& parts) {
+// What the line says of one replica that has not arrived: its id, what it is doing, its last
+// collective.
+struct Said {
+  int replica = 0;
+  std::string doing;
+  std::string last_call;
+};
+
+// Runs of consecutive replicas that `said` says the same of, each with `process`'s fields.
+void add_runs(const std::vector<Said>& said, const MissingRun& process,
+              std::vector<MissingRun>& runs) {
   for (std::size_t i = 0; i < said.size();) {
     std::size_t j = i;
-    while (j + 1 < said.size() && said[j + 1].second == said[i].second &&
-           said[j + 1].first == said[j].first + 1) {
+    while (j + 1 < said.size() && said[j + 1].doing == said[i].doing &&
+           said[j + 1].replica == said[j].replica + 1) {
       ++j;
     }
-    parts.push_back(range_of(said[i].first, said[j].first) + " (" + where + "): " + said[i].second);
+    MissingRun run = process;
+    run.first = said[i].replica;
+    run.last = said[j].replica;
+    run.doing = said[i].doing;
+    run.last_call = said[i].last_call;
+    runs.push_back(std::move(run));
     i = j + 1;
   }
+}
+
+// What the watch says of replica status `s`, which has not arrived.
+Said said_of(const ReplicaStatus& s, const std::string& state, std::int64_t now) {
+  return {
+      .replica = s.replica, .doing = doing(s, state, now), .last_call = s.any ? call_of(s) : ""};
+}
+
+// The line for replicas `waiting` of this process, waiting at `r` for `waited`.
+std::string line_of(const CallRecord& r, const std::vector<int>& waiting,
+                    std::chrono::nanoseconds waited, const std::vector<MissingRun>& missing) {
+  std::string line = "replicator: " + replicas_text(waiting);
+  line += waiting.size() > 1 ? " have waited " : " has waited ";
+  line += human_duration(waited) + " at " + std::string(r.op) + " #" + std::to_string(r.sequence);
+  if (r.where.known()) line += " at " + to_string(r.where);
+  line += " for ";
+  for (std::size_t i = 0; i < missing.size(); ++i) {
+    const MissingRun& m = missing[i];
+    if (i) line += "; ";
+    if (m.state == "not visible") {
+      line += "process " + std::to_string(m.process) + " (" + range_of(m.first, m.last) +
+              "): not visible from this host";
+    } else {
+      line += range_of(m.first, m.last) + " (" + m.where + "): " + m.doing;
+    }
+  }
+  return line;
 }
 
 std::uint64_t fnv(const std::string& text) {
@@ -299,10 +339,12 @@ void StragglerWatch::check(Clock::time_point now) {
   for (const ReplicaStatus& r : mine.replicas) {
     if (arrived(r, *target)) waiting.push_back(r.replica);
   }
-  const std::string line = line_for(
-      *target, waiting, now.time_since_epoch() - nanoseconds(target->start_ns), mine, now_unix);
-  if (line.empty()) return;
+  const std::vector<MissingRun> missing = missing_at(*target, mine, now_unix);
+  if (missing.empty()) return;
   reported_ = key;
+  const nanoseconds waited = now.time_since_epoch() - nanoseconds(target->start_ns);
+  const std::string line = line_of(*target, waiting, waited, missing);
+  if (options_.timeline) mark(*target, waiting, waited, missing, line, now);
   if (options_.print) {
     options_.print(line);
   } else {
@@ -311,19 +353,18 @@ void StragglerWatch::check(Clock::time_point now) {
   }
 }
 
-std::string StragglerWatch::line_for(const CallRecord& r, const std::vector<int>& waiting,
-                                     std::chrono::nanoseconds waited, const ProcessStatus& mine,
-                                     std::int64_t now_unix) const {
-  std::vector<std::string> parts;
-  std::vector<std::pair<int, std::string>> said;
+std::vector<MissingRun> StragglerWatch::missing_at(const CallRecord& r, const ProcessStatus& mine,
+                                                   std::int64_t now_unix) const {
+  std::vector<MissingRun> runs;
+  std::vector<Said> said;
   for (const ReplicaStatus& s : mine.replicas) {
-    if (!arrived(s, r)) said.emplace_back(s.replica, doing(s, "", now_unix));
+    if (!arrived(s, r)) said.push_back(said_of(s, "", now_unix));
   }
-  add_runs(said, "this process", parts);
+  add_runs(said,
+           {.process = options_.rank, .pid = mine.pid, .state = "alive", .where = "this process"},
+           runs);
   for (int q = 0; q < options_.processes; ++q) {
     if (q == options_.rank) continue;
-    const int first = q * options_.num_local;
-    const std::string replicas = range_of(first, first + options_.num_local - 1);
     std::optional<ProcessStatus> theirs;
     if (!options_.board.empty()) {
       std::ifstream in(options_.board + ".rank" + std::to_string(q));
@@ -332,8 +373,11 @@ std::string StragglerWatch::line_for(const CallRecord& r, const std::vector<int>
       if (in) theirs = parse_status(text.str());
     }
     if (!theirs) {
-      parts.push_back("process " + std::to_string(q) + " (" + replicas +
-                      "): not visible from this host");
+      const int first = q * options_.num_local;
+      runs.push_back({.first = first,
+                      .last = first + options_.num_local - 1,
+                      .process = q,
+                      .state = "not visible"});
       continue;
     }
     const bool here = theirs->host == host_;
@@ -343,18 +387,39 @@ std::string StragglerWatch::line_for(const CallRecord& r, const std::vector<int>
                               (here ? ", " + state : ", on " + theirs->host);
     said.clear();
     for (const ReplicaStatus& s : theirs->replicas) {
-      if (!arrived(s, r)) said.emplace_back(s.replica, doing(s, state, now_unix));
+      if (!arrived(s, r)) said.push_back(said_of(s, state, now_unix));
     }
-    add_runs(said, where, parts);
+    add_runs(said,
+             {.process = q,
+              .pid = theirs->pid,
+              .state = here ? state : "on another host",
+              .where = where},
+             runs);
   }
-  if (parts.empty()) return {};
-  std::string line = "replicator: " + replicas_text(waiting);
-  line += waiting.size() > 1 ? " have waited " : " has waited ";
-  line += human_duration(waited) + " at " + std::string(r.op) + " #" + std::to_string(r.sequence);
-  if (r.where.known()) line += " at " + to_string(r.where);
-  line += " for ";
-  for (std::size_t i = 0; i < parts.size(); ++i) line += (i ? "; " : "") + parts[i];
-  return line;
+  return runs;
+}
+
+void StragglerWatch::mark(const CallRecord& r, const std::vector<int>& waiting,
+                          std::chrono::nanoseconds waited, const std::vector<MissingRun>& missing,
+                          const std::string& line, Clock::time_point now) const {
+  std::string args = R"({"op":)" + json_string(r.op) + R"(,"step":)" + std::to_string(r.step) +
+                     R"(,"seq":)" + std::to_string(r.sequence);
+  if (r.where.known()) args += R"(,"at":)" + json_string(to_string(r.where));
+  args += R"(,"waited_us":)" + json_micros(waited.count()) + R"(,"missing":[)";
+  for (std::size_t i = 0; i < missing.size(); ++i) {
+    const MissingRun& m = missing[i];
+    args += std::string(i ? "," : "") + R"({"replicas":)" + json_string(range_of(m.first, m.last)) +
+            R"(,"process":)" + std::to_string(m.process) + R"(,"state":)" + json_string(m.state);
+    if (m.pid != 0) args += R"(,"pid":)" + std::to_string(m.pid);
+    if (!m.last_call.empty()) args += R"(,"last":)" + json_string(m.last_call);
+    if (!m.doing.empty()) args += R"(,"doing":)" + json_string(m.doing);
+    args += "}";
+  }
+  args += R"(],"line":)" + json_string(line) + "}";
+  const std::int64_t at =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+  for (const int replica : waiting)
+    options_.timeline->mark(replica, "straggler", "straggler", at, args);
 }
 
 }  // namespace replicator::detail

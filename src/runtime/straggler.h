@@ -11,6 +11,10 @@
 //   replicator: replica 3 has waited 1.0 s at all_reduce #41 at train.cc:120 for replica 2
 //   (this process): in compute for 1.0 s since its collective barrier #40 at train.cc:118
 //
+// With a timeline (Config::timeline), each waiting replica's track also gets an instant
+// event "straggler" at the moment the line is printed, whose arguments name the collective
+// and the missing replicas (their process, its state, their last collective).
+//
 // The flight recorder must be on (Config::flight_recorder_size > 0).
 // What it knows of the other processes it reads from their status files: in a job of
 // several processes, each watch also writes its replicas' latest collectives to a small
@@ -30,6 +34,7 @@
 #include <vector>
 
 #include "src/comm/flight_recorder.h"
+#include "src/comm/timeline.h"
 
 namespace replicator::detail {
 
@@ -64,6 +69,19 @@ std::optional<ProcessStatus> parse_status(const std::string& text);
 // debugger), or "gone" (no such process, or a zombie).
 std::string process_state(long pid);
 
+// Replicas that have not arrived at a collective: a run of consecutive ones of one process
+// that are said alike.
+struct MissingRun {
+  int first = 0;
+  int last = 0;
+  int process = 0;
+  long pid = 0;           // 0: not known
+  std::string state;      // the process's: "alive", "stopped", "gone", "not visible"
+  std::string where;      // how the line names the process
+  std::string last_call;  // "barrier #40 at train.cc:118"; empty when none
+  std::string doing;      // what they are doing, as the line says it
+};
+
 struct StragglerOptions {
   std::chrono::milliseconds limit{0};  // > 0
   int rank = 0;
@@ -74,6 +92,8 @@ struct StragglerOptions {
   std::string board;
   // Where lines go; default: stderr.
   std::function<void(const std::string&)> print;
+  // Where waits are marked too; null: nowhere. Must outlive the watch.
+  Timeline* timeline = nullptr;
 };
 
 // The status board's file prefix for a job: /dev/shm (else the temporary folder), the user,
@@ -97,11 +117,13 @@ class StragglerWatch {
   void check(FlightRecorder::Clock::time_point now);
   ProcessStatus my_status(std::int64_t unix_offset_ns) const;
   void publish(const ProcessStatus& status);
-  // The line for replicas of this process waiting at `r` since `waited`, or empty when
-  // every replica has arrived.
-  std::string line_for(const CallRecord& r, const std::vector<int>& waiting,
-                       std::chrono::nanoseconds waited, const ProcessStatus& mine,
-                       std::int64_t now_unix_ns) const;
+  // The replicas that have not arrived at `r` (none when every replica has).
+  std::vector<MissingRun> missing_at(const CallRecord& r, const ProcessStatus& mine,
+                                     std::int64_t now_unix_ns) const;
+  // Marks the wait on the timeline's track of each replica in `waiting`.
+  void mark(const CallRecord& r, const std::vector<int>& waiting, std::chrono::nanoseconds waited,
+            const std::vector<MissingRun>& missing, const std::string& line,
+            FlightRecorder::Clock::time_point now) const;
 
   const FlightRecorders& recorders_;
   const StragglerOptions options_;

@@ -92,7 +92,8 @@ Tracer::Tracer(const Config& config, int rank, int processes, int num_local)
             .rank = rank,
             .processes = processes,
             .num_local = num_local,
-            .board = board ? status_board(config.job, config.store, config.generation) : ""});
+            .board = board ? status_board(config.job, config.store, config.generation) : "",
+            .timeline = timeline_.get()});
   }
 }
 

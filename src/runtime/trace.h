@@ -11,7 +11,7 @@
 // - SIGUSR1 (Config::trace_signal) writes the same JSON from a live process, to
 //   trace_dir, or to stderr when none is set.
 // - A replica that has waited Config::straggler_after at a collective gets the missing
-//   replicas named on stderr, once per collective (straggler.h).
+//   replicas named on stderr, once per collective, and on the timeline (straggler.h).
 //
 // The dump (format "replicator-flight-recorder", version 1):
 //   {"format": "replicator-flight-recorder", "version": 1, "reason": "Timeout" | "SIGUSR1" | ...,

@@ -44,10 +44,6 @@ namespace {
 namespace rt = replicator::torch;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
 // The environment's own "solved" threshold, where it has one.
 double default_target(const std::string& env) {
   return env == "cartpole" || env == "gym:CartPole-v1" ? 475.0

@@ -32,6 +32,10 @@ std::string clock_text(double seconds) {
   return text;
 }
 
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 double eta_seconds(double elapsed, std::int64_t done, std::int64_t total) {
   if (done <= 0 || total <= done) return 0;
   return elapsed / static_cast<double>(done) * static_cast<double>(total - done);

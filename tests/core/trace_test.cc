@@ -5,7 +5,9 @@
 //       arrived; the dump written to trace_dir parses and holds every replica's record;
 //   (c) SIGUSR1 dumps a live job, and a program's own SIGUSR1 handler keeps working;
 //   (d) the timeline is valid JSON with one track per replica and every step and
-//       collective, with its sequence number and bytes;
+//       collective, with its sequence number and bytes; the straggler watch names the
+//       missing replicas on stderr and marks the wait on the timeline, and says nothing
+//       on a healthy run;
 //   (e) bad settings are ConfigErrors.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -570,11 +572,21 @@ std::vector<std::string> straggler_lines(const std::string& text) {
   return found;
 }
 
-TEST(StragglerTest, AReplicaSlowInComputeIsNamedOnceWithItsLastCollective) {
+// What a job of 3 replicas said whose replica 2 sleeps 700 ms between a barrier and an
+// all_reduce (straggler_after 100 ms): stderr, and the lines of the two collectives.
+struct SlowReplica {
+  std::string err;
+  std::uint32_t barrier_line = 0;
+  std::uint32_t reduce_line = 0;
+};
+
+// Runs that job; with `timeline` (a file's path), writes its timeline there.
+SlowReplica run_with_a_slow_replica(const std::string& timeline = "") {
   Config config = with_replicas(3, milliseconds(30'000));
   config.straggler_after = milliseconds(100);
-  Replicator repl(config);
+  if (!timeline.empty()) config.timeline = timeline;
   std::atomic<std::uint32_t> barrier_line{0}, reduce_line{0};
+  Replicator repl(config);
   testing::internal::CaptureStderr();
   repl.run([&](ReplicaContext& ctx) {
     barrier_line = CallSite::here().line + 1;
@@ -584,38 +596,94 @@ TEST(StragglerTest, AReplicaSlowInComputeIsNamedOnceWithItsLastCollective) {
     reduce_line = CallSite::here().line + 1;
     ctx.all_reduce(v);
   });
-  const std::string err = testing::internal::GetCapturedStderr();
-  const std::vector<std::string> lines = straggler_lines(err);
-  ASSERT_EQ(lines.size(), 1u) << err;
+  return {testing::internal::GetCapturedStderr(), barrier_line, reduce_line};
+}
+
+TEST(StragglerTest, AReplicaSlowInComputeIsNamedOnceWithItsLastCollective) {
+  const SlowReplica job = run_with_a_slow_replica();
+  const std::vector<std::string> lines = straggler_lines(job.err);
+  ASSERT_EQ(lines.size(), 1u) << job.err;
   const std::string& line = lines[0];
   EXPECT_EQ(line.rfind("replicator: replicas 0-1 have waited ", 0), 0u) << line;
-  EXPECT_HAS_SUBSTR(line, " at all_reduce #1 at trace_test.cc:" + std::to_string(reduce_line) +
+  EXPECT_HAS_SUBSTR(line, " at all_reduce #1 at trace_test.cc:" + std::to_string(job.reduce_line) +
                               " for replica 2 (this process): in compute for ");
-  EXPECT_HAS_SUBSTR(
-      line, " since its collective barrier #0 at trace_test.cc:" + std::to_string(barrier_line));
+  EXPECT_HAS_SUBSTR(line, " since its collective barrier #0 at trace_test.cc:" +
+                              std::to_string(job.barrier_line));
+}
+
+// The "straggler" events of the timeline file at `path`.
+std::vector<nlohmann::json> straggler_events(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in) << path;
+  std::vector<nlohmann::json> found;
+  if (!in) return found;
+  for (const nlohmann::json& e : nlohmann::json::parse(in)) {
+    if (e["name"] == "straggler") found.push_back(e);
+  }
+  return found;
+}
+
+TEST(StragglerTest, TheTimelineMarksTheWaitOnEachWaitingReplicasTrack) {
+  TempDir dir;
+  const std::string path = (dir.path() / "run.json").string();
+  const SlowReplica job = run_with_a_slow_replica(path);
+  const std::vector<std::string> printed = straggler_lines(job.err);
+  const std::uint32_t barrier_line = job.barrier_line;
+  const std::uint32_t reduce_line = job.reduce_line;
+  ASSERT_EQ(printed.size(), 1u);
+  const std::vector<nlohmann::json> events = straggler_events(path);
+  ASSERT_EQ(events.size(), 2u) << nlohmann::json(events).dump(1);
+  std::vector<int> tracks;
+  for (const nlohmann::json& e : events) {
+    tracks.push_back(e["tid"]);
+    EXPECT_EQ(e["ph"], "i") << e;
+    EXPECT_EQ(e["pid"], 0) << e;
+    EXPECT_GT(e["ts"].get<double>(), 1.6e15) << e;
+    const nlohmann::json& args = e["args"];
+    EXPECT_EQ(args["op"], "all_reduce") << e;
+    EXPECT_EQ(args["seq"], 1) << e;
+    EXPECT_EQ(args["at"], "trace_test.cc:" + std::to_string(reduce_line)) << e;
+    EXPECT_GE(args["waited_us"].get<double>(), 100'000.0) << e;
+    EXPECT_EQ(args["line"], printed[0]) << e;
+    ASSERT_EQ(args["missing"].size(), 1u) << e;
+    const nlohmann::json& missing = args["missing"][0];
+    EXPECT_EQ(missing["replicas"], "replica 2") << e;
+    EXPECT_EQ(missing["process"], 0) << e;
+    EXPECT_EQ(missing["state"], "alive") << e;
+    EXPECT_EQ(missing["last"], "barrier #0 at trace_test.cc:" + std::to_string(barrier_line)) << e;
+    EXPECT_EQ(missing["doing"].get<std::string>().rfind("in compute for ", 0), 0u) << e;
+  }
+  std::sort(tracks.begin(), tracks.end());
+  EXPECT_EQ(tracks, (std::vector<int>{0, 1}));  // the waiting replicas', not replica 2's
 }
 
 TEST(StragglerTest, NoLineWhenEveryoneArrivesInTimeOrWhenOff) {
   // With the default (a quarter of the 2 s timeout: 500 ms), 200 steps in which everyone
-  // arrives print nothing; switched off, not even a replica 800 ms late in the first step,
-  // which the default would name.
+  // arrives print nothing and mark nothing on the timeline; switched off, not even a replica 800 ms
+  // late in the first step, which the default would name.
   for (const milliseconds after : {milliseconds(0), milliseconds(-1)}) {
+    TempDir dir;
     Config config = with_replicas(2, milliseconds(2'000));
     config.straggler_after = after;
-    Replicator repl(config);
-    testing::internal::CaptureStderr();
-    for (int step = 0; step < 200; ++step) {
-      repl.run([&](ReplicaContext& ctx) {
-        std::vector<float> v(64, 1.0f);
-        ctx.all_reduce(v);
-        if (after.count() < 0 && ctx.replica_id() == 1 && step == 0) {
-          std::this_thread::sleep_for(milliseconds(800));
-        }
-        ctx.barrier();
-      });
+    config.timeline = (dir.path() / "run.json").string();
+    std::string err;
+    {
+      Replicator repl(config);
+      testing::internal::CaptureStderr();
+      for (int step = 0; step < 200; ++step) {
+        repl.run([&](ReplicaContext& ctx) {
+          std::vector<float> v(64, 1.0f);
+          ctx.all_reduce(v);
+          if (after.count() < 0 && ctx.replica_id() == 1 && step == 0) {
+            std::this_thread::sleep_for(milliseconds(800));
+          }
+          ctx.barrier();
+        });
+      }
+      err = testing::internal::GetCapturedStderr();
     }
-    const std::string err = testing::internal::GetCapturedStderr();
     EXPECT_TRUE(straggler_lines(err).empty()) << err;
+    EXPECT_TRUE(straggler_events(config.timeline).empty());
   }
   Config config;
   config.timeout = milliseconds(60'000);

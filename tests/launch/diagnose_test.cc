@@ -117,6 +117,14 @@ TEST(Diagnose, TheLatestDumpOfAProcessSpeaksForItAndOtherFilesAreSkipped) {
     expect_same(d, diagnose_dumps(t, n));
   }
   EXPECT_THROW(diagnose_dumps({"junk"}, {"junk"}), ConfigError);
+  // Dumps written before `since` (another run's) are skipped.
+  const Diagnosis recent = diagnose_dumps(texts, names, 55);
+  EXPECT_EQ(recent.lines.back(), "dumps read: r0-new, r1");
+  EXPECT_EQ(recent.skipped.size(), 3u);
+  EXPECT_EQ(recent.skipped[0].rfind("r0-old: written before 55 us", 0), 0u) << recent.skipped[0];
+  const Diagnosis newest = diagnose_dumps(texts, names, 70);
+  EXPECT_EQ(newest.lines.back(), "dumps read: r1");
+  EXPECT_THROW(diagnose_dumps(texts, names, 200), ConfigError);
   EXPECT_THROW(diagnose("/nonexistent/folder"), ConfigError);
 }
 

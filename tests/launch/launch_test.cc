@@ -1,6 +1,7 @@
 // The launch layer's API on real processes (/bin/sh children): the plain launcher's
 // environment, exit codes, failure release and actor restarts; the elastic agent's restart
-// after a failure and its refusal of options that cannot work; the actors of an IMPALA
+// after a failure, the verdict it says of a failed generation's flight-recorder dumps (on
+// real gloo workers) and its refusal of options that cannot work; the actors of an IMPALA
 // learner added to a plan, and the elastic job's host range.
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -132,6 +133,64 @@ TEST_F(LaunchTest, TheElasticAgentGivesUpWhenItsRestartsAreUsedUp) {
   options.command = sh("echo x >> " + dir_.path().string() + "/runs; exit 1");
   EXPECT_EQ(run_elastic(options), 1);
   EXPECT_EQ(read(dir_.path() / "runs"), "x\nx\n");  // the first run and one restart
+}
+
+// REPLICATOR_TRACE_DIR for the agent, while it lives.
+struct TraceDir {
+  explicit TraceDir(const fs::path& dir) { ::setenv("REPLICATOR_TRACE_DIR", dir.c_str(), 1); }
+  ~TraceDir() { ::unsetenv("REPLICATOR_TRACE_DIR"); }
+  TraceDir(const TraceDir&) = delete;
+  TraceDir& operator=(const TraceDir&) = delete;
+};
+
+// A job whose process 1 stops (SIGSTOP) in the middle of a stream of all_reduces
+// (tests/engines/multiproc_main.cc, scenario "stop"): process 0 times out and writes its
+// flight-recorder dump to the generation's folder, and the agent, ending the generation,
+// says the verdict of that dump: who stopped, at which collective the other waited. A dump
+// an earlier run left in the folder has no say.
+TEST_F(LaunchTest, TheElasticAgentSaysTheVerdictOfAFailedGenerationsDumps) {
+#ifndef REPLICATOR_HAVE_GLOO
+  GTEST_SKIP() << "built without the gloo engine";
+#endif
+  const fs::path dumps = dir_.path() / "dumps";
+  const TraceDir trace_dir(dumps);
+  ElasticOptions options;
+  options.processes = 2;
+  options.max_restarts = 0;
+  options.last_call = std::chrono::milliseconds(0);
+  options.rdzv = "file://" + (dir_.path() / "rdzv" / "job").string();
+  options.command = sh("REPLICATOR_TIMEOUT=3s exec " + std::string(REPLICATOR_MULTIPROC) + " stop");
+  // A dump of process 1 left in the folder by an earlier run of the job: not this run's.
+  fs::create_directories(dumps / "generation0");
+  const std::string stale = "flight_recorder.rank1.pid1.1.json";
+  std::ofstream(dumps / "generation0" / stale)
+      << R"({"format": "replicator-flight-recorder", "version": 1, "reason": "CollectiveMismatch",)"
+      << R"( "error": "an earlier run", "rank": 1, "processes": 2, "local_replicas": 1,)"
+      << R"( "pid": 1, "unix_time_us": 1000.0, "summary": [], "replicas": [{"replica": 1,)"
+      << R"( "entries": []}]})";
+  testing::internal::CaptureStderr();
+  const int code = run_elastic(options);
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(code, 1) << said;
+  // Process 0's dump, in the first generation's folder, beside the earlier run's.
+  std::vector<std::string> files;
+  for (const fs::directory_entry& e : fs::directory_iterator(dumps / "generation0")) {
+    if (e.path().filename() != stale) files.push_back(e.path().filename().string());
+  }
+  ASSERT_EQ(files.size(), 1u) << said;
+  EXPECT_EQ(files[0].rfind("flight_recorder.rank0.", 0), 0u) << files[0];
+  const std::string verdict =
+      "replicator launch: generation 0, from the dumps on this host: process 1 wrote no dump "
+      "(killed or stopped before it could); replica 0 waited at all_reduce #100 at "
+      "multiproc_main.cc:";
+  const std::size_t at = said.find(verdict);
+  ASSERT_NE(at, std::string::npos) << said;
+  const std::string line = said.substr(at, said.find('\n', at) - at);
+  EXPECT_NE(line.find(" (step 2)"), std::string::npos) << line;
+  // Said once, after the generation's end and before the agent gives up.
+  EXPECT_EQ(said.find(verdict, at + 1), std::string::npos) << said;
+  EXPECT_LT(said.find("replicator launch: generation 0: "), at) << said;
+  EXPECT_GT(said.find("replicator launch: giving up after 0 restarts"), at) << said;
 }
 
 TEST_F(LaunchTest, ElasticOptionsThatCannotWorkAreConfigErrors) {

@@ -90,8 +90,9 @@ TEST(JobReporter, TerminalLineIsRewrittenInPlace) {
   std::string text;
   for (int ch; (ch = std::fgetc(err)) != EOF;) text += static_cast<char>(ch);
   std::fclose(err);
-  EXPECT_EQ(text, "\r" + std::string("a") + std::string(89, ' ') + "\neval\n\rb" +
-                      std::string(89, ' ') + "\n");
+  // The line padded to clear what was there (90 columns); the note on a line of its own.
+  const std::string pad(89, ' ');
+  EXPECT_EQ(text, std::string("\ra") + pad + "\neval\n\rb" + pad + "\n");
 }
 
 TEST(Job, ClockTextAndEta) {

@@ -9,6 +9,7 @@
 // hold, never on the order the files are read in.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,13 +22,15 @@ struct Diagnosis {
   std::vector<std::string> skipped;  // files in the folder that are not dumps, and why
 };
 
-// Reads every dump in `dir`. BLOCKS on file reads. Throws ConfigError when `dir` cannot be
-// read or holds no dump.
-Diagnosis diagnose(const std::string& dir);
+// Reads every dump in `dir` written at or after `since_unix_us` (microseconds since the
+// Unix epoch, as the dumps' unix_time_us say; 0: all of them); older dumps are skipped, so
+// that a folder reused by another run of the job does not speak for this one. BLOCKS on
+// file reads. Throws ConfigError when `dir` cannot be read or holds no dump that counts.
+Diagnosis diagnose(const std::string& dir, std::int64_t since_unix_us = 0);
 
 // The same, from dump texts (one per file; `names` for messages). Throws ConfigError when
-// none of them is a dump.
+// none of them is a dump that counts.
 Diagnosis diagnose_dumps(const std::vector<std::string>& texts,
-                         const std::vector<std::string>& names);
+                         const std::vector<std::string>& names, std::int64_t since_unix_us = 0);
 
 }  // namespace replicator::launch

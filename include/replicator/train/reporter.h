@@ -11,6 +11,7 @@
 // then print_json_result with --json.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -32,6 +33,10 @@ struct Image;
 // "H:MM:SS" of a duration in seconds (negative and NaN read as 0). Never throws but
 // std::bad_alloc.
 std::string clock_text(double seconds);
+
+// Seconds on the steady clock since `start`, as a job's results and rates count them. Never
+// blocks; never throws.
+double seconds_since(std::chrono::steady_clock::time_point start);
 
 // Seconds left for `done` of `total` steps that took `elapsed` seconds so far, at the same
 // pace (0 when nothing is done yet or nothing is left).
