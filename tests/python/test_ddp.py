@@ -13,7 +13,7 @@ import torch
 
 import replicator
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 SCRIPT = os.path.join(ROOT, "bench", "ddp_train.py")
 DATA = "/usr/share/datasets/fashion-mnist"
 ARGS = ["--steps", "4", "--warmup", "0", "--batch", "32"]
