@@ -6,6 +6,7 @@ MASTER_PORT), so that the Python lines replicator names are this file's. Every w
 one ``RESULT {json}`` line; the tests read those.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -16,6 +17,8 @@ import sys
 import time
 
 import pytest
+
+from markers import line_of
 
 HERE = os.path.abspath(__file__)
 JOB_SECONDS = 240  # a hung job fails its test after this long instead of hanging the suite
@@ -28,12 +31,7 @@ def _free_port():
 
 
 def _line_of(marker):
-    """The line of this file that ends with the comment ``# <marker>``."""
-    with open(HERE) as f:
-        for number, line in enumerate(f, 1):
-            if line.rstrip().endswith("# " + marker):
-                return number
-    raise LookupError(marker)
+    return line_of(HERE, marker)
 
 
 def run_job(scenario, world, extra_env=None):
@@ -103,8 +101,8 @@ def test_collectives_match_gloo(world):
         assert job[rank][0] == 0, f"rank {rank} exited {job[rank][0]}:\n{job[rank][2][-4000:]}"
 
 
-def test_mismatch_raises_on_every_rank_naming_both_calls():
-    job = run_job("mismatch", 2)
+def test_mismatch_raises_on_every_rank_naming_both_calls(tmp_path):
+    job = run_job("mismatch", 2, {"REPLICATOR_TRACE_DIR": str(tmp_path)})
     lines = (_line_of("mismatch: all_reduce"), _line_of("mismatch: broadcast"))
     for rank in range(2):
         result = _result(job, rank)
@@ -115,6 +113,15 @@ def test_mismatch_raises_on_every_rank_naming_both_calls():
         assert "all_reduce" in message and "broadcast" in message, detail
         for line in lines:
             assert f"test_c10d_backend.py:{line}" in message, detail
+        # The backend is failed: a later collective raises at once, with replicator's errors.
+        assert result["after"].startswith("replicator."), result["after"]
+    # Each process's flight recorder was dumped to REPLICATOR_TRACE_DIR.
+    dumps = {}
+    for path in tmp_path.glob("flight_recorder.rank*.json"):
+        dump = json.loads(path.read_text())
+        dumps[dump["rank"]] = dump["reason"]
+    assert dumps == {0: "CollectiveMismatch", 1: "CollectiveMismatch"}, \
+        f"{dumps} from {sorted(p.name for p in tmp_path.iterdir())}"
 
 
 def test_killed_rank_releases_the_others():
@@ -133,8 +140,8 @@ def test_killed_rank_releases_the_others():
 
 def test_all_reduce_is_bitwise_deterministic_over_jobs():
     digests = []
-    for _ in range(2):
-        job = run_job("determinism", 3)
+    for backend in ("replicator", "cpu:replicator"):  # the second by device routing
+        job = run_job("determinism", 3, {"BACKEND": backend})
         ranks = [_result(job, rank)["digest"] for rank in range(3)]
         assert len(set(ranks)) == 1, f"ranks of one job disagree: {ranks}"
         digests.append(ranks[0])
@@ -338,31 +345,21 @@ def worker_collectives(rank, world):
             return ts
         check(f"coalesced all_reduce {d}", coalesced_all_reduce)
 
-        def coalesced_all_gather(group):
-            ins = [data(dtype, (2 + i,), 0, 100, 70 + i) for i in range(2)]
-            outs = [torch.zeros(W * (2 + i), dtype=dtype) for i in range(2)]
-            if group is None:
-                with dist._coalescing_manager():
+        def coalesced(collective, salt, high, in_scale, out_scale):
+            """Two calls of `collective` (output, input) in one coalescing manager on the
+            replicator group, one by one on gloo."""
+            def run(group):
+                ins = [data(dtype, (in_scale * (2 + i),), 0, high, salt + i) for i in range(2)]
+                outs = [torch.zeros(out_scale * (2 + i), dtype=dtype) for i in range(2)]
+                with dist._coalescing_manager() if group is None else contextlib.nullcontext():
                     for o, i in zip(outs, ins):
-                        dist.all_gather_into_tensor(o, i)
-            else:
-                for o, i in zip(outs, ins):
-                    dist.all_gather_into_tensor(o, i, group=group)
-            return outs
-        check(f"coalesced all_gather_into_tensor {d}", coalesced_all_gather)
-
-        def coalesced_reduce_scatter(group):
-            ins = [data(dtype, (W * (2 + i),), 0, 20, 80 + i) for i in range(2)]
-            outs = [torch.zeros(2 + i, dtype=dtype) for i in range(2)]
-            if group is None:
-                with dist._coalescing_manager():
-                    for o, i in zip(outs, ins):
-                        dist.reduce_scatter_tensor(o, i)
-            else:
-                for o, i in zip(outs, ins):
-                    dist.reduce_scatter_tensor(o, i, group=group)
-            return outs
-        check(f"coalesced reduce_scatter_tensor {d}", coalesced_reduce_scatter)
+                        collective(o, i, group=group)
+                return outs
+            return run
+        check(f"coalesced all_gather_into_tensor {d}",
+              coalesced(dist.all_gather_into_tensor, 70, 100, 1, W))
+        check(f"coalesced reduce_scatter_tensor {d}",
+              coalesced(dist.reduce_scatter_tensor, 80, 20, W, 1))
 
         def all_reduce_coalesced(group):
             ts = [data(dtype, (4 + i,), 0, 20, 90 + i) for i in range(2)]
@@ -461,6 +458,11 @@ def worker_mismatch(rank, world):
     except Exception as e:  # noqa: BLE001
         result = {"raised": True, "class": _class_name(e), "message": str(e),
                   "is_mismatch": isinstance(e, replicator.CollectiveMismatch)}
+    try:
+        dist.all_reduce(t)
+        result["after"] = "no error"
+    except Exception as e:  # noqa: BLE001
+        result["after"] = f"{_class_name(e)}: {e}"
     _report(**result)
     dist.destroy_process_group()
 
@@ -504,7 +506,7 @@ def worker_determinism(rank, world):
 
     import replicator.torch  # noqa: F401
 
-    dist.init_process_group("replicator", timeout=timedelta(seconds=60))
+    dist.init_process_group(os.environ["BACKEND"], timeout=timedelta(seconds=60))
     g = torch.Generator().manual_seed(12345 + rank)
     # Magnitudes over many decades, so that the order of the additions shows in the bits.
     x = torch.randn(1 << 16, generator=g) * torch.exp(3 * torch.randn(1 << 16, generator=g))

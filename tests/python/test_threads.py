@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import replicator
+from markers import line_of
 
 HERE = os.path.abspath(__file__)
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64,
@@ -16,12 +17,7 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int
 
 
 def _line_of(marker):
-    """The line of this file that ends with the comment ``# <marker>``."""
-    with open(HERE) as f:
-        for number, line in enumerate(f, 1):
-            if line.rstrip().endswith("# " + marker):
-                return number
-    raise LookupError(marker)
+    return line_of(HERE, marker)
 
 
 @pytest.fixture(autouse=True)
