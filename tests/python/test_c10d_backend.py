@@ -113,8 +113,11 @@ def test_mismatch_raises_on_every_rank_naming_both_calls(tmp_path):
         assert "all_reduce" in message and "broadcast" in message, detail
         for line in lines:
             assert f"test_c10d_backend.py:{line}" in message, detail
-        # The backend is failed: a later collective raises at once, with replicator's errors.
-        assert result["after"].startswith("replicator."), result["after"]
+        # The backend is failed: later collectives raise, through Work.wait() and through
+        # the Future, with replicator's error.
+        assert result["after"].startswith("replicator.CollectiveMismatch"), result["after"]
+        assert result["after future"].startswith("replicator.CollectiveMismatch"), \
+            result["after future"]
     # Each process's flight recorder was dumped to REPLICATOR_TRACE_DIR.
     dumps = {}
     for path in tmp_path.glob("flight_recorder.rank*.json"):
@@ -458,11 +461,13 @@ def worker_mismatch(rank, world):
     except Exception as e:  # noqa: BLE001
         result = {"raised": True, "class": _class_name(e), "message": str(e),
                   "is_mismatch": isinstance(e, replicator.CollectiveMismatch)}
-    try:
-        dist.all_reduce(t)
-        result["after"] = "no error"
-    except Exception as e:  # noqa: BLE001
-        result["after"] = f"{_class_name(e)}: {e}"
+    for name, wait in (("after", lambda work: work.wait()),
+                       ("after future", lambda work: work.get_future().wait())):
+        try:
+            wait(dist.all_reduce(t, async_op=True))
+            result[name] = "no error"
+        except Exception as e:  # noqa: BLE001
+            result[name] = f"{_class_name(e)}: {e}"
     _report(**result)
     dist.destroy_process_group()
 
