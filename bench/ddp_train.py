@@ -4,9 +4,17 @@ batch and memory setting (the caller sets glibc's malloc variables). Batch norm 
 process (PyTorch's SyncBatchNorm has no CPU implementation). With --channels-last the
 network's weights are laid out channels last, as the job does by default (the images have
 one channel, the same in either layout). Prints one JSON line:
-{"type": "train", "engine": "ddp-gloo", ..., "images_per_s": ...} from rank 0."""
+{"type": "train", "engine": "ddp-gloo", ..., "images_per_s": ...} from rank 0.
+
+--backend picks the process group's backend (gloo by default; "replicator" imports
+replicator.torch, which registers it). Started by torchrun or `replicator launch` (RANK,
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT set), every process runs one rank, which
+meets the others through env:// and --processes is the world size; otherwise the script
+spawns --processes ranks itself. --record FILE writes rank 0's loss at every step and a digest
+of the trained parameters' bytes to FILE (JSON), to compare runs bit for bit."""
 import argparse
 import gzip
+import hashlib
 import json
 import os
 import sys
@@ -70,10 +78,29 @@ def load_train():
     return x, torch.tensor(y).long()
 
 
+def launched():
+    """True under torchrun or `replicator launch`: the rank and the meeting place are given."""
+    return all(name in os.environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                               "MASTER_PORT"))
+
+
+def parameter_digest(model):
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
 def worker(rank, args, rendezvous, queue):
     torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank,
-                            world_size=args.processes)
+    if "replicator" in args.backend:
+        import replicator.torch  # noqa: F401  (registers the backend)
+    if rendezvous is None:
+        dist.init_process_group(args.backend, init_method="env://", rank=rank,
+                                world_size=args.processes)
+    else:
+        dist.init_process_group(args.backend, init_method=f"file://{rendezvous}", rank=rank,
+                                world_size=args.processes)
     torch.manual_seed(0)
     net = ResNet()
     if args.channels_last:
@@ -86,6 +113,7 @@ def worker(rank, args, rendezvous, queue):
     g = torch.Generator().manual_seed(0)
     perm = torch.randperm(len(x), generator=g)
     start = None
+    losses = []
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
             dist.barrier()
@@ -96,18 +124,37 @@ def worker(rank, args, rendezvous, queue):
         loss = F.cross_entropy(model(x[idx]), y[idx])
         loss.backward()
         opt.step()
+        if args.record:
+            losses.append(loss.item())
     dist.barrier()
     seconds = time.perf_counter() - start
     if rank == 0:
-        queue.put(args.steps * args.batch / seconds)
+        if args.record:
+            with open(args.record, "w") as f:
+                json.dump({"backend": args.backend, "processes": args.processes,
+                           "losses": losses, "parameters": parameter_digest(model)}, f)
+        if queue is None:
+            report(args, args.steps * args.batch / seconds)
+        else:
+            queue.put(args.steps * args.batch / seconds)
     dist.destroy_process_group()
     # As in ddp_gan.py: leave without the interpreter's finalization, where torch 2.x now
     # and then aborts, once the result is through the queue.
-    queue.close()
-    queue.join_thread()
+    if queue is not None:
+        queue.close()
+        queue.join_thread()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def report(args, rate):
+    engine = "ddp-gloo" if args.backend == "gloo" else f"ddp-{args.backend}"
+    print(json.dumps({"type": "train", "engine": engine, "processes": args.processes,
+                      "replicas": args.processes, "threads": args.threads,
+                      "batch": args.batch, "steps": args.steps,
+                      "memory_format": "channels-last" if args.channels_last else "contiguous",
+                      "images_per_s": rate}))
 
 
 def main():
@@ -119,7 +166,14 @@ def main():
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--channels-last", action="store_true",
                    help="lay out the network's weights channels last")
+    p.add_argument("--backend", default="gloo",
+                   help="the process group's backend: gloo, replicator (import replicator.torch)")
+    p.add_argument("--record", metavar="FILE",
+                   help="write rank 0's losses and a digest of the trained parameters (JSON)")
     args = p.parse_args()
+    if launched():
+        args.processes = int(os.environ["WORLD_SIZE"])
+        worker(int(os.environ["RANK"]), args, None, None)  # leaves the process
     # Rendezvous through a file, not a port picked here and bound later: no other program
     # can take it in between.
     folder = tempfile.mkdtemp(prefix="ddp-rendezvous-")
@@ -130,12 +184,7 @@ def main():
         mp.spawn(worker, args=(args, rendezvous, queue), nprocs=args.processes, join=True)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    rate = queue.get()
-    print(json.dumps({"type": "train", "engine": "ddp-gloo", "processes": args.processes,
-                      "replicas": args.processes, "threads": args.threads,
-                      "batch": args.batch, "steps": args.steps,
-                      "memory_format": "channels-last" if args.channels_last else "contiguous",
-                      "images_per_s": rate}))
+    report(args, queue.get())
 
 
 if __name__ == "__main__":
