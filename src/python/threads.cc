@@ -50,21 +50,30 @@ Config make_config(const py::kwargs& options) {
 }
 
 // A step's result crosses threads as an owned PyObject*, so that no reference count is
-// touched without the GIL.
+// touched without the GIL (and is dropped, with the GIL, when another replica failed).
 using Owned = PyObject*;
 
 py::list run_step(Replicator& replicator, const py::function& fn) {
-  PerReplica<Owned> results;
-  {
+  std::vector<Owned> slots(static_cast<std::size_t>(replicator.num_local_replicas()), nullptr);
+  try {
     py::gil_scoped_release release;
-    results = replicator.run([&fn](ReplicaContext& ctx) -> Owned {
+    replicator.run([&fn, &slots](ReplicaContext& ctx) {
       py::gil_scoped_acquire gil;
       py::object out = fn(py::cast(&ctx, py::return_value_policy::reference));
-      return out.release().ptr();
+      slots[static_cast<std::size_t>(ctx.local_replica_id())] = out.release().ptr();
     });
+  } catch (const ReplicaFailed& failed) {
+    for (Owned value : slots) Py_XDECREF(value);
+    // A step's own exception (a Python one, or replicator's raised inside it) comes back as
+    // itself, as the package's docstring promises, not wrapped as the C++ API wraps it.
+    if (failed.original()) std::rethrow_exception(failed.original());
+    throw;
+  } catch (...) {
+    for (Owned value : slots) Py_XDECREF(value);
+    throw;
   }
   py::list values;
-  for (Owned value : results) values.append(py::reinterpret_steal<py::object>(value));
+  for (Owned value : slots) values.append(py::reinterpret_steal<py::object>(value));
   return values;
 }
 

@@ -268,8 +268,10 @@ void StragglerWatch::loop() {
   using std::chrono::milliseconds;
   const milliseconds period =
       std::clamp<milliseconds>(options_.limit / 4, milliseconds(10), milliseconds(500));
+  // The first look at once: it publishes this process's status, so that a process stopped
+  // before its first period is seen by the others as stopped, not as not visible.
   std::unique_lock lock(mu_);
-  while (!cv_.wait_for(lock, period, [this] { return stop_; })) {
+  do {
     lock.unlock();
     try {
       check(Clock::now());
@@ -277,7 +279,7 @@ void StragglerWatch::loop() {
       // Out of memory, or the board unwritable: the watch is advice; the job goes on.
     }
     lock.lock();
-  }
+  } while (!cv_.wait_for(lock, period, [this] { return stop_; }));
 }
 
 ProcessStatus StragglerWatch::my_status(std::int64_t unix_offset_ns) const {
