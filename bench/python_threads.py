@@ -18,17 +18,9 @@ import torch
 import torch.nn as nn
 
 import replicator
+from copy_bandwidth import copy_gbps
 
 
-def copy_gbps():
-    a = torch.ones(64 << 20, dtype=torch.uint8)
-    b = torch.empty_like(a)
-    best = 0.0
-    for _ in range(5):
-        start = time.perf_counter()
-        b.copy_(a)
-        best = max(best, 2 * a.numel() / (time.perf_counter() - start) / 1e9)
-    return best
 
 
 def samples_per_s(replicas, args):

@@ -174,25 +174,49 @@ uint64_t Backend::getSequenceNumberForGroup() {
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::enqueue(c10d::OpType type, const char* title,
-                                                std::vector<at::Tensor> outputs, Op op) {
+                                                std::vector<at::Tensor> outputs, bool blocking,
+                                                Op op) {
   auto work = c10::make_intrusive<Work>(getRank(), type, title, std::move(outputs));
   const CallSite where = python_caller();
-  {
-    std::lock_guard lock(mu_);
-    ++issued_;
-    if (failure_) {
-      work->complete(failure_);
-      return work;
-    }
-    queue_.push_back(Item{work, std::move(op), where});
+  std::unique_lock lock(mu_);
+  ++issued_;
+  if (failure_ || thrown_) {
+    work->complete(failure_ ? failure_ : thrown_);
+    return work;
   }
-  ready_.notify_one();
+  if (blocking && queue_.empty() && idle_ && ctx_ != nullptr && !inline_) {
+    // Nothing ahead of it and the backend's thread parked: the caller runs the collective
+    // itself (the lane has one user at a time) and saves two thread hand-offs.
+    inline_ = true;
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      op(*ctx_, where);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    inline_ = false;
+    // A failure goes to the backend's thread, which raises it inside the step, so that the
+    // Replicator releases the other processes as for any failed step.
+    if (error) thrown_ = error;
+    lock.unlock();
+    ready_.notify_all();
+    work->complete(error);
+    return work;
+  }
+  queue_.push_back(Item{work, std::move(op), where});
+  lock.unlock();
+  ready_.notify_all();
   return work;
 }
 
 bool Backend::next(Item& item) {
   std::unique_lock lock(mu_);
-  ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+  idle_ = true;
+  ready_.wait(lock, [&] { return stopping_ || thrown_ || (!queue_.empty() && !inline_); });
+  idle_ = false;
+  if (thrown_) std::rethrow_exception(thrown_);
   if (queue_.empty()) return false;
   item = std::move(queue_.front());
   queue_.pop_front();
@@ -203,6 +227,10 @@ void Backend::serve() {
   std::exception_ptr failure;
   try {
     replicator_->run([this](ReplicaContext& ctx) {
+      {
+        std::lock_guard lock(mu_);
+        ctx_ = &ctx;
+      }
       Item item;
       while (next(item)) {
         try {
@@ -223,6 +251,8 @@ void Backend::serve() {
   {
     std::lock_guard lock(mu_);
     failure_ = failure;
+    ctx_ = nullptr;
+    idle_ = false;
     left.swap(queue_);
   }
   for (auto& item : left) item.work->complete(failure);
@@ -238,7 +268,7 @@ c10::intrusive_ptr<c10d::Work> Backend::broadcast(Tensors& tensors,
   const BroadcastOptions options{.root = static_cast<int>(opts.rootRank),
                                  .timeout = deadline(opts.timeout)};
   return enqueue(c10d::OpType::BROADCAST, "replicator:broadcast", tensors,
-                 [tensors, options](ReplicaContext& ctx, CallSite where) {
+                 !opts.asyncOp, [tensors, options](ReplicaContext& ctx, CallSite where) {
                    torch::broadcast(ctx, tensors, options, where);
                  });
 }
@@ -249,7 +279,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce(Tensors& tensors,
   const ReduceOptions options{.op = reduce_op(opts.reduceOp, "all_reduce"),
                               .timeout = deadline(opts.timeout)};
   return enqueue(c10d::OpType::ALLREDUCE, "replicator:all_reduce", tensors,
-                 [tensors, options](ReplicaContext& ctx, CallSite where) {
+                 !opts.asyncOp, [tensors, options](ReplicaContext& ctx, CallSite where) {
                    torch::all_reduce(ctx, tensors, options, where);
                  });
 }
@@ -268,7 +298,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(Tensors& tensors, const c10d::Red
   // Every rank reduces; only the root's tensor takes the result (the others keep theirs).
   const bool root = opts.rootRank == getRank();
   return enqueue(c10d::OpType::REDUCE, "replicator:reduce", tensors,
-                 [tensor, options, root](ReplicaContext& ctx, CallSite where) {
+                 !opts.asyncOp, [tensor, options, root](ReplicaContext& ctx, CallSite where) {
                    torch::all_reduce(ctx, root ? tensor : tensor.clone(), options, where);
                  });
 }
@@ -282,7 +312,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<Tensors>& outputs,
   Tensors out = outputs[0];
   return enqueue(
       c10d::OpType::ALLGATHER, "replicator:all_gather", out,
-      [input, out, options](ReplicaContext& ctx, CallSite where) {
+      !opts.asyncOp, [input, out, options](ReplicaContext& ctx, CallSite where) {
         const at::Tensor in = input.contiguous();
         at::Tensor all = at::empty({static_cast<int64_t>(out.size()), in.numel()}, in.options());
         ctx.all_gather(buffer_of(in), buffer_of(all), options, where);
@@ -302,7 +332,7 @@ c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor& output, at::
       ") times its input's elements, of its dtype");
   const CollectiveOptions options{.timeout = deadline(opts.timeout)};
   return enqueue(c10d::OpType::_ALLGATHER_BASE, "replicator:all_gather_into_tensor", {output},
-                 [input, output, options](ReplicaContext& ctx, CallSite where) {
+                 !opts.asyncOp, [input, output, options](ReplicaContext& ctx, CallSite where) {
                    const at::Tensor in = input.contiguous();
                    const Dense out(output);
                    ctx.all_gather(buffer_of(in), out.buffer(), options, where);
@@ -354,7 +384,7 @@ c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<Tensors>& outputs, Te
                               .timeout = deadline(opts.timeout)};
   const int size = getSize();
   return enqueue(c10d::OpType::GATHER, "replicator:gather", out,
-                 [input, out, options, root, size](ReplicaContext& ctx, CallSite where) {
+                 !opts.asyncOp, [input, out, options, root, size](ReplicaContext& ctx, CallSite where) {
                    const at::Tensor in = input.contiguous();
                    at::Tensor all = root ? at::empty({size, in.numel()}, in.options())
                                          : at::empty({0}, in.options());
@@ -386,7 +416,7 @@ c10::intrusive_ptr<c10d::Work> Backend::scatter(Tensors& outputs, std::vector<Te
                                  .timeout = deadline(opts.timeout)};
   const int64_t rank = getRank();
   return enqueue(c10d::OpType::SCATTER, "replicator:scatter", {output},
-                 [all, output, options, rank](ReplicaContext& ctx, CallSite where) {
+                 !opts.asyncOp, [all, output, options, rank](ReplicaContext& ctx, CallSite where) {
                    torch::broadcast(ctx, all, options, where);
                    output.copy_(all[rank].view(output.sizes()));
                  });
@@ -402,7 +432,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(Tensors& outputs,
   const ReduceOptions options{.op = reduce_op(opts.reduceOp, "reduce_scatter"),
                               .timeout = deadline(opts.timeout)};
   return enqueue(c10d::OpType::REDUCE_SCATTER, "replicator:reduce_scatter", {output},
-                 [all, output, options](ReplicaContext& ctx, CallSite where) {
+                 !opts.asyncOp, [all, output, options](ReplicaContext& ctx, CallSite where) {
                    const Dense out(output);
                    ctx.reduce_scatter(buffer_of(all), out.buffer(), options, where);
                    out.copy_back();
@@ -420,7 +450,7 @@ c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(
   const ReduceOptions options{.op = reduce_op(opts.reduceOp, "reduce_scatter_tensor"),
                               .timeout = deadline(opts.timeout)};
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "replicator:reduce_scatter_tensor", {output},
-                 [input, output, options](ReplicaContext& ctx, CallSite where) {
+                 !opts.asyncOp, [input, output, options](ReplicaContext& ctx, CallSite where) {
                    const at::Tensor in = input.contiguous();
                    const Dense out(output);
                    ctx.reduce_scatter(buffer_of(in), out.buffer(), options, where);
@@ -463,7 +493,7 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Te
               size, ")");
   const CollectiveOptions options{.timeout = deadline(opts.timeout)};
   return enqueue(c10d::OpType::ALLTOALL_BASE, "replicator:all_to_all_single", {output},
-                 [input, output, options](ReplicaContext& ctx, CallSite where) {
+                 !opts.asyncOp, [input, output, options](ReplicaContext& ctx, CallSite where) {
                    const at::Tensor in = input.contiguous();
                    const Dense out(output);
                    ctx.all_to_all(buffer_of(in), out.buffer(), options, where);
@@ -479,7 +509,7 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall(Tensors& outputs, Tensors& inpu
   const at::Tensor all = stacked(inputs, "all_to_all");
   const CollectiveOptions options{.timeout = deadline(opts.timeout)};
   return enqueue(c10d::OpType::ALLTOALL, "replicator:all_to_all", outputs,
-                 [all, outputs, options](ReplicaContext& ctx, CallSite where) {
+                 !opts.asyncOp, [all, outputs, options](ReplicaContext& ctx, CallSite where) {
                    at::Tensor got = at::empty_like(all);
                    ctx.all_to_all(buffer_of(all), buffer_of(got), options, where);
                    for (std::size_t r = 0; r < outputs.size(); ++r) {
@@ -491,7 +521,7 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall(Tensors& outputs, Tensors& inpu
 c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& opts) {
   const CollectiveOptions options{.timeout = deadline(opts.timeout)};
   return enqueue(c10d::OpType::BARRIER, "replicator:barrier", {},
-                 [options](ReplicaContext& ctx, CallSite where) { ctx.barrier(options, where); });
+                 !opts.asyncOp, [options](ReplicaContext& ctx, CallSite where) { ctx.barrier(options, where); });
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::send(Tensors&, int, int) {

@@ -7,7 +7,9 @@
 // the calling thread (a CUDA, sparse or unsupported-dtype tensor, a reduce op replicator does
 // not have: c10::Error, nothing queued) and queues the collective; the backend's own thread
 // runs the queue in order, as the collectives of one long replicator step, and completes each
-// Work (and its Future) as its collective returns. Work::wait rethrows the collective's error
+// Work (and its Future) as its collective returns. A blocking call (async_op=False) with
+// nothing queued ahead of it runs on the caller's thread instead, the backend's thread parked
+// meanwhile, and returns a completed Work. Work::wait rethrows the collective's error
 // as its own type (CollectiveMismatch, Timeout, PeerLost, Aborted); after one, the backend is
 // failed and every later Work fails with that error, as replicator's transport is poisoned
 // and the other ranks are released with Aborted.
@@ -122,8 +124,10 @@ class Backend final : public c10d::Backend {
     CallSite where;
   };
 
+  // Queues `op`, or with `blocking` (the caller waits for it anyway) runs it on the calling
+  // thread when nothing is queued ahead of it.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* title,
-                                         std::vector<at::Tensor> outputs, Op op);
+                                         std::vector<at::Tensor> outputs, bool blocking, Op op);
   bool next(Item& item);  // false: stop
   void serve();
 
@@ -133,6 +137,10 @@ class Backend final : public c10d::Backend {
   std::deque<Item> queue_;
   bool stopping_ = false;
   std::exception_ptr failure_;  // the error that ended the backend's thread
+  std::exception_ptr thrown_;   // a collective's error on a caller's thread, for the step
+  ReplicaContext* ctx_ = nullptr;  // the step's context while the backend's thread serves
+  bool idle_ = false;              // the backend's thread waits in next()
+  bool inline_ = false;            // a caller runs a collective on ctx_
   uint64_t issued_ = 0;
   std::thread thread_;
 };
