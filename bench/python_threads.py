@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """A data-parallel training loop in Python on replica threads: replicator.Replicator with 1
 and with 2 local replicas, each replica training an MLP on its own batch (the same per-replica
-batch, gradients averaged with one fused all_reduce per step); prints samples/s for each and
-the ratio 2 / 1, for each of `--runs` interleaved run pairs, with the machine's copy
-bandwidth measured before each pair. Usage:
+batch; the gradients averaged in place by one fused all_reduce over their list per step);
+prints samples/s for each and the ratio 2 / 1, for each of `--runs` interleaved run pairs,
+with the machine's copy bandwidth measured before each pair. Usage:
 
     PYTHONPATH=build/python python bench/python_threads.py --runs 3
 
@@ -46,9 +46,7 @@ def samples_per_s(replicas, args):
                 loss = nn.functional.cross_entropy(model(x), y)
                 opt.zero_grad()
                 loss.backward()
-                flat = torch.cat([p.grad.reshape(-1) for p in params])
-                ctx.all_reduce(flat, op="mean")
-                torch.nn.utils.vector_to_parameters(flat, [p.grad for p in params])
+                ctx.all_reduce([p.grad for p in params], op="mean")  # one fused call
                 opt.step()
         start = time.perf_counter()
         rep.run(step)

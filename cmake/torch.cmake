@@ -29,8 +29,11 @@ function(_replicator_torch_root_from_venv out)
   if(NOT EXISTS "${python}")
     return()
   endif()
+  # Without the caller's PYTHONPATH: pip's isolated build (pip install .) puts a sitecustomize
+  # there that hides every site-packages folder, the venv's too.
   execute_process(
-    COMMAND "${python}" -c "import os, torch; print(os.path.dirname(torch.__file__))"
+    COMMAND "${CMAKE_COMMAND}" -E env --unset=PYTHONPATH
+      "${python}" -c "import os, torch; print(os.path.dirname(torch.__file__))"
     OUTPUT_VARIABLE root OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
   if(rc EQUAL 0 AND EXISTS "${root}/share/cmake/Torch/TorchConfig.cmake")
     set(${out} "${root}" PARENT_SCOPE)

@@ -79,8 +79,13 @@ class ReplicaContext:
 
     def all_reduce(self, data: Any, op: str = "sum", timeout: Optional[float] = None) -> Any:
         """Combines ``data`` over all replicas with ``op`` (sum, mean, min, max, prod), in
-        place; returns ``data``."""
-        self._ctx.all_reduce(_tensor(data), op, timeout)
+        place; returns ``data``. A list or tuple of tensors (or arrays; dtypes may differ) is
+        one fused collective over all of them, with no copy of the contiguous ones: a
+        model's gradients in one call."""
+        if isinstance(data, (list, tuple)):
+            self._ctx.all_reduce_many([_tensor(d) for d in data], op, timeout)
+        else:
+            self._ctx.all_reduce(_tensor(data), op, timeout)
         return data
 
     def broadcast(self, data: Any, root: int = 0, timeout: Optional[float] = None) -> Any:

@@ -95,6 +95,15 @@ void bind_context(py::module_& m) {
           },
           py::arg("tensor"), py::arg("op") = "sum", py::arg("timeout") = py::none())
       .def(
+          "all_reduce_many",
+          [](Ctx& ctx, const std::vector<at::Tensor>& ts, const std::string& op,
+             std::optional<double> timeout) {
+            const CallSite where = python_caller();
+            py::gil_scoped_release release;
+            torch::all_reduce(ctx, ts, {.op = parse_op(op), .timeout = deadline(timeout)}, where);
+          },
+          py::arg("tensors"), py::arg("op") = "sum", py::arg("timeout") = py::none())
+      .def(
           "broadcast",
           [](Ctx& ctx, const at::Tensor& t, int root, std::optional<double> timeout) {
             const CallSite where = python_caller();

@@ -57,6 +57,11 @@ def test_collectives_on_tensors_and_arrays(n):
         a32 = np.full((2, 3), r + 0.5, dtype=np.float32)
         ctx.all_reduce(a32)
         out["numpy sum"] = torch.from_numpy(a32.copy())
+        # A list is one fused all_reduce, in place, dtypes and layouts mixed.
+        grads = [torch.full((2, 3), float(r + 1)), torch.tensor([r, 1], dtype=torch.int64),
+                 torch.full((3, 2), float(r)).t(), np.full((2,), r + 1.0, dtype=np.float32)]
+        assert ctx.all_reduce(grads, op="mean") is grads
+        out["list"] = [torch.as_tensor(g).clone() for g in grads]
         b = torch.full((4,), float(r))
         ctx.broadcast(b, root=n - 1)
         out["broadcast"] = b
@@ -90,6 +95,11 @@ def test_collectives_on_tensors_and_arrays(n):
                       ("max", torch.max), ("prod", torch.prod)):
             want = torch.stack([f(first), f(second)]).float()
             assert torch.allclose(out[op], want, rtol=1e-6, atol=0), (op, out[op], want)
+        mean = (n + 1) / 2
+        want_list = [torch.full((2, 3), mean), torch.tensor([n * (n - 1) // 2 // n, 1]),
+                     torch.full((2, 3), (n - 1) / 2), torch.full((2,), mean)]
+        for got, want in zip(out["list"], want_list):
+            assert torch.allclose(got.double(), want.double(), rtol=1e-6), (got, want)
         assert torch.equal(out["numpy max"], torch.tensor([n, 10 * (n - 1)]))
         assert torch.equal(out["numpy sum"], torch.full((2, 3), n * n / 2, dtype=torch.float32))
         assert torch.equal(out["broadcast"], torch.full((4,), float(n - 1)))
