@@ -65,7 +65,7 @@ class Replicator {
   // (torch.distributed's, for one), instead of config.store: config.store, unless set, becomes
   // meeting->describe(). Throws InvalidArgument when `meeting` is null or the engine is not
   // gloo; otherwise as above.
-  Replicator(Config config, std::shared_ptr<rendezvous::KeyValueStore> meeting);
+  Replicator(const Config& config, const std::shared_ptr<rendezvous::KeyValueStore>& meeting);
   // Stops and joins the replica threads; finishes the timeline file. Not to be called
   // while run() is in progress.
   ~Replicator();
@@ -147,7 +147,7 @@ class Replicator {
       Config config, std::unique_ptr<detail::Transport> transport);
   Replicator(Config config, std::unique_ptr<detail::Transport> transport);
   // The constructor with a meeting store, once its config is checked.
-  Replicator(Config config, std::nullptr_t,
+  Replicator(const Config& config, std::nullptr_t,
              const std::shared_ptr<rendezvous::KeyValueStore>& meeting);
   template <typename F>
   static detail::StepRef ref(F& f) {

@@ -267,8 +267,8 @@ c10::intrusive_ptr<c10d::Work> Backend::broadcast(Tensors& tensors,
               "replicator backend: broadcast from rank ", opts.rootRank, " of ", getSize());
   const BroadcastOptions options{.root = static_cast<int>(opts.rootRank),
                                  .timeout = deadline(opts.timeout)};
-  return enqueue(c10d::OpType::BROADCAST, "replicator:broadcast", tensors,
-                 !opts.asyncOp, [tensors, options](ReplicaContext& ctx, CallSite where) {
+  return enqueue(c10d::OpType::BROADCAST, "replicator:broadcast", tensors, !opts.asyncOp,
+                 [tensors, options](ReplicaContext& ctx, CallSite where) {
                    torch::broadcast(ctx, tensors, options, where);
                  });
 }
@@ -278,8 +278,8 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce(Tensors& tensors,
   check_tensors(tensors, "all_reduce");
   const ReduceOptions options{.op = reduce_op(opts.reduceOp, "all_reduce"),
                               .timeout = deadline(opts.timeout)};
-  return enqueue(c10d::OpType::ALLREDUCE, "replicator:all_reduce", tensors,
-                 !opts.asyncOp, [tensors, options](ReplicaContext& ctx, CallSite where) {
+  return enqueue(c10d::OpType::ALLREDUCE, "replicator:all_reduce", tensors, !opts.asyncOp,
+                 [tensors, options](ReplicaContext& ctx, CallSite where) {
                    torch::all_reduce(ctx, tensors, options, where);
                  });
 }
@@ -297,8 +297,8 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(Tensors& tensors, const c10d::Red
                               .timeout = deadline(opts.timeout)};
   // Every rank reduces; only the root's tensor takes the result (the others keep theirs).
   const bool root = opts.rootRank == getRank();
-  return enqueue(c10d::OpType::REDUCE, "replicator:reduce", tensors,
-                 !opts.asyncOp, [tensor, options, root](ReplicaContext& ctx, CallSite where) {
+  return enqueue(c10d::OpType::REDUCE, "replicator:reduce", tensors, !opts.asyncOp,
+                 [tensor, options, root](ReplicaContext& ctx, CallSite where) {
                    torch::all_reduce(ctx, root ? tensor : tensor.clone(), options, where);
                  });
 }
@@ -311,8 +311,8 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<Tensors>& outputs,
   const CollectiveOptions options{.timeout = deadline(opts.timeout)};
   Tensors out = outputs[0];
   return enqueue(
-      c10d::OpType::ALLGATHER, "replicator:all_gather", out,
-      !opts.asyncOp, [input, out, options](ReplicaContext& ctx, CallSite where) {
+      c10d::OpType::ALLGATHER, "replicator:all_gather", out, !opts.asyncOp,
+      [input, out, options](ReplicaContext& ctx, CallSite where) {
         const at::Tensor in = input.contiguous();
         at::Tensor all = at::empty({static_cast<int64_t>(out.size()), in.numel()}, in.options());
         ctx.all_gather(buffer_of(in), buffer_of(all), options, where);
@@ -383,8 +383,8 @@ c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<Tensors>& outputs, Te
   const GatherOptions options{.root = static_cast<int>(opts.rootRank),
                               .timeout = deadline(opts.timeout)};
   const int size = getSize();
-  return enqueue(c10d::OpType::GATHER, "replicator:gather", out,
-                 !opts.asyncOp, [input, out, options, root, size](ReplicaContext& ctx, CallSite where) {
+  return enqueue(c10d::OpType::GATHER, "replicator:gather", out, !opts.asyncOp,
+                 [input, out, options, root, size](ReplicaContext& ctx, CallSite where) {
                    const at::Tensor in = input.contiguous();
                    at::Tensor all = root ? at::empty({size, in.numel()}, in.options())
                                          : at::empty({0}, in.options());
@@ -415,8 +415,8 @@ c10::intrusive_ptr<c10d::Work> Backend::scatter(Tensors& outputs, std::vector<Te
   const BroadcastOptions options{.root = static_cast<int>(opts.rootRank),
                                  .timeout = deadline(opts.timeout)};
   const int64_t rank = getRank();
-  return enqueue(c10d::OpType::SCATTER, "replicator:scatter", {output},
-                 !opts.asyncOp, [all, output, options, rank](ReplicaContext& ctx, CallSite where) {
+  return enqueue(c10d::OpType::SCATTER, "replicator:scatter", {output}, !opts.asyncOp,
+                 [all, output, options, rank](ReplicaContext& ctx, CallSite where) {
                    torch::broadcast(ctx, all, options, where);
                    output.copy_(all[rank].view(output.sizes()));
                  });
@@ -431,8 +431,8 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(Tensors& outputs,
   const at::Tensor all = stacked(inputs[0], "reduce_scatter");
   const ReduceOptions options{.op = reduce_op(opts.reduceOp, "reduce_scatter"),
                               .timeout = deadline(opts.timeout)};
-  return enqueue(c10d::OpType::REDUCE_SCATTER, "replicator:reduce_scatter", {output},
-                 !opts.asyncOp, [all, output, options](ReplicaContext& ctx, CallSite where) {
+  return enqueue(c10d::OpType::REDUCE_SCATTER, "replicator:reduce_scatter", {output}, !opts.asyncOp,
+                 [all, output, options](ReplicaContext& ctx, CallSite where) {
                    const Dense out(output);
                    ctx.reduce_scatter(buffer_of(all), out.buffer(), options, where);
                    out.copy_back();
@@ -508,8 +508,8 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall(Tensors& outputs, Tensors& inpu
   check_list(outputs, getSize(), inputs[0], "all_to_all");
   const at::Tensor all = stacked(inputs, "all_to_all");
   const CollectiveOptions options{.timeout = deadline(opts.timeout)};
-  return enqueue(c10d::OpType::ALLTOALL, "replicator:all_to_all", outputs,
-                 !opts.asyncOp, [all, outputs, options](ReplicaContext& ctx, CallSite where) {
+  return enqueue(c10d::OpType::ALLTOALL, "replicator:all_to_all", outputs, !opts.asyncOp,
+                 [all, outputs, options](ReplicaContext& ctx, CallSite where) {
                    at::Tensor got = at::empty_like(all);
                    ctx.all_to_all(buffer_of(all), buffer_of(got), options, where);
                    for (std::size_t r = 0; r < outputs.size(); ++r) {
@@ -520,8 +520,8 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall(Tensors& outputs, Tensors& inpu
 
 c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& opts) {
   const CollectiveOptions options{.timeout = deadline(opts.timeout)};
-  return enqueue(c10d::OpType::BARRIER, "replicator:barrier", {},
-                 !opts.asyncOp, [options](ReplicaContext& ctx, CallSite where) { ctx.barrier(options, where); });
+  return enqueue(c10d::OpType::BARRIER, "replicator:barrier", {}, !opts.asyncOp,
+                 [options](ReplicaContext& ctx, CallSite where) { ctx.barrier(options, where); });
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::send(Tensors&, int, int) {

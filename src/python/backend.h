@@ -136,8 +136,8 @@ class Backend final : public c10d::Backend {
   std::condition_variable ready_;
   std::deque<Item> queue_;
   bool stopping_ = false;
-  std::exception_ptr failure_;  // the error that ended the backend's thread
-  std::exception_ptr thrown_;   // a collective's error on a caller's thread, for the step
+  std::exception_ptr failure_;     // the error that ended the backend's thread
+  std::exception_ptr thrown_;      // a collective's error on a caller's thread, for the step
   ReplicaContext* ctx_ = nullptr;  // the step's context while the backend's thread serves
   bool idle_ = false;              // the backend's thread waits in next()
   bool inline_ = false;            // a caller runs a collective on ctx_

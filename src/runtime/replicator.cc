@@ -62,10 +62,11 @@ Config meeting_config(Config config, const rendezvous::KeyValueStore* meeting) {
 
 }  // namespace
 
-Replicator::Replicator(Config config, std::shared_ptr<rendezvous::KeyValueStore> meeting)
-    : Replicator(meeting_config(std::move(config), meeting.get()), nullptr, meeting) {}
+Replicator::Replicator(const Config& config,
+                       const std::shared_ptr<rendezvous::KeyValueStore>& meeting)
+    : Replicator(meeting_config(config, meeting.get()), nullptr, meeting) {}
 
-Replicator::Replicator(Config config, std::nullptr_t,
+Replicator::Replicator(const Config& config, std::nullptr_t,
                        const std::shared_ptr<rendezvous::KeyValueStore>& meeting)
     : Replicator(config, detail::make_transport(config, meeting)) {}
 
