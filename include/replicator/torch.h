@@ -6,6 +6,7 @@
 #include "replicator/torch/batch_norm.h"
 #include "replicator/torch/checkpoint.h"
 #include "replicator/torch/conditional_batch_norm.h"
+#include "replicator/torch/cpu_kernels.h"
 #include "replicator/torch/ema.h"
 #include "replicator/torch/frechet.h"
 #include "replicator/torch/gradient_reducer.h"

@@ -90,19 +90,13 @@ struct Dense {
   at::Tensor original;
   at::Tensor dense;
   explicit Dense(const at::Tensor& t) : original(t), dense(t.contiguous()) {}
-  Buffer buffer() const {
-    return Buffer{dense.data_ptr(), static_cast<std::size_t>(dense.numel()),
-                  torch::dtype_of(dense.scalar_type())};
-  }
+  Buffer buffer() const { return torch::buffer_of(dense); }
   void copy_back() const {
     if (!dense.is_same(original)) original.copy_(dense);
   }
 };
 
-Buffer buffer_of(const at::Tensor& contiguous) {
-  return Buffer{contiguous.data_ptr(), static_cast<std::size_t>(contiguous.numel()),
-                torch::dtype_of(contiguous.scalar_type())};
-}
+using torch::buffer_of;
 
 // All `ts` have the shape and dtype of ts[0]; their concatenation along a new first dimension.
 at::Tensor stacked(const Tensors& ts, const char* what) {
@@ -405,7 +399,7 @@ c10::intrusive_ptr<c10d::Work> Backend::scatter(Tensors& outputs, std::vector<Te
   if (root) {
     TORCH_CHECK(inputs.size() == 1, "replicator backend: scatter takes one input list on the root");
     check_list(inputs[0], getSize(), output, "scatter");
-    all = stacked(inputs[0], "scatter").view({getSize(), output.numel()}).clone();
+    all = stacked(inputs[0], "scatter").view({getSize(), output.numel()});
   } else {
     TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
                 "replicator backend: scatter takes no input list except on the root");

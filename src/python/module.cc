@@ -11,6 +11,8 @@
 
 #include "replicator/errors.h"
 #include "replicator/rendezvous/store.h"
+#include "replicator/replicator.h"
+#include "replicator/torch/cpu_kernels.h"
 #include "src/python/backend.h"
 
 namespace py = pybind11;
@@ -117,4 +119,6 @@ PYBIND11_MODULE(_replicator, m) {
   replicator::python::bind_errors(m);
   replicator::python::bind_backend(m);
   replicator::python::bind_threads(m);
+  // The replica threads of replicator.Replicator run LibTorch kernels at once.
+  replicator::detail::on_first_replica_threads(replicator::torch::prepare_cpu_kernels);
 }

@@ -1,7 +1,9 @@
 #include "replicator/replicator.h"
 
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "src/collectives/across/across.h"
 #include "src/collectives/communicator.h"
@@ -40,7 +42,43 @@ void check_same_local_replicas(detail::Transport& transport, int local,
   }
 }
 
+// The hooks of on_first_replica_threads, and how many have run.
+struct FirstThreadHooks {
+  std::mutex mutex;
+  std::vector<void (*)()> hooks;
+  std::size_t done = 0;
+  bool threads_started = false;
+
+  static FirstThreadHooks& get() {
+    static FirstThreadHooks instance;
+    return instance;
+  }
+
+  // Runs the hooks that have not run; from then on, a hook registered runs at once.
+  void run_pending(std::unique_lock<std::mutex>& /*held*/) {
+    while (done < hooks.size()) {
+      hooks[done]();
+      ++done;
+    }
+  }
+};
+
+// Before the first replica threads of the process start.
+void prepare_replica_threads() {
+  FirstThreadHooks& h = FirstThreadHooks::get();
+  std::unique_lock lock(h.mutex);
+  h.run_pending(lock);
+  h.threads_started = true;
+}
+
 }  // namespace
+
+void detail::on_first_replica_threads(void (*prepare)()) {
+  FirstThreadHooks& h = FirstThreadHooks::get();
+  std::unique_lock lock(h.mutex);
+  h.hooks.push_back(prepare);
+  if (h.threads_started) h.run_pending(lock);
+}
 
 Replicator::Replicator(const Config& config)
     : Replicator(config, (config.validate(), detail::make_transport(config))) {}
@@ -87,6 +125,7 @@ Replicator::Replicator(Config config, std::unique_ptr<detail::Transport> transpo
   }
   tracer_ = std::make_unique<detail::Tracer>(config_, layout_ ? layout_->rank : 0,
                                              layout_ ? layout_->processes : 1, L);
+  if (L > 1) prepare_replica_threads();
   comm_ = std::make_unique<detail::Communicator>(L, config_.timeout, policy.collective_spin,
                                                  detail::MachineFacts{policy.oversubscribed},
                                                  tracer_->recorders(), layout_.get());

@@ -7,6 +7,8 @@
 #include <utility>
 
 #include "replicator/errors.h"
+#include "replicator/replicator.h"
+#include "replicator/torch/cpu_kernels.h"
 
 namespace replicator::torch {
 namespace {
@@ -35,7 +37,7 @@ void require_cpu(const ::torch::Tensor& t, const char* op) {
   }
 }
 
-Buffer buffer_of(const ::torch::Tensor& contiguous) {
+Buffer buffer_over(const ::torch::Tensor& contiguous) {
   return Buffer{contiguous.data_ptr(), static_cast<std::size_t>(contiguous.numel()),
                 dtype_of(contiguous.scalar_type())};
 }
@@ -49,10 +51,10 @@ class Staged {
     for (const ::torch::Tensor& t : tensors) {
       require_cpu(t, op);
       if (t.is_contiguous()) {
-        buffers_.push_back(buffer_of(t));
+        buffers_.push_back(buffer_over(t));
       } else {
         ::torch::Tensor copy = t.contiguous();
-        buffers_.push_back(buffer_of(copy));
+        buffers_.push_back(buffer_over(copy));
         copies_.emplace_back(t, std::move(copy));
       }
     }
@@ -147,7 +149,7 @@ template <typename Options, typename Collective>
                          Options options, Collective&& collective) {
   ::torch::Tensor out = ::torch::empty(shape, in.options());
   options.signature = shape_signature({in}, options.signature);
-  collective(buffer_of(in), buffer_of(out), options);
+  collective(buffer_over(in), buffer_over(out), options);
   return out;
 }
 
@@ -184,11 +186,29 @@ template <typename Options, typename Collective>
   });
 }
 
+Buffer buffer_of(const ::torch::Tensor& contiguous) {
+  require_cpu(contiguous, "buffer_of");
+  if (!contiguous.is_contiguous()) {
+    throw InvalidArgument("buffer_of: the tensor of shape " + c10::str(contiguous.sizes()) +
+                          " is not contiguous");
+  }
+  return buffer_over(contiguous);
+}
+
 void broadcast_parameters(ReplicaContext& ctx, ::torch::nn::Module& module,
                           const BroadcastOptions& options, CallSite where) {
   std::vector<::torch::Tensor> tensors = module.parameters(/*recurse=*/true);
   for (const ::torch::Tensor& b : module.buffers(/*recurse=*/true)) tensors.push_back(b);
   broadcast(ctx, tensors, options, where);
 }
+
+namespace {
+
+// Every program that uses the torch layer's collectives gets its replica threads' kernels
+// prepared (cpu_kernels.h).
+[[maybe_unused]] const bool kRegistered =
+    (detail::on_first_replica_threads(prepare_cpu_kernels), true);
+
+}  // namespace
 
 }  // namespace replicator::torch

@@ -26,6 +26,7 @@
 #include "replicator/rl/learner.h"
 #include "replicator/rl/parameter_store.h"
 #include "replicator/rl/policy.h"
+#include "replicator/torch/cpu_kernels.h"
 #include "replicator/train/job.h"
 #include "replicator/train/plot.h"
 #include "replicator/train/png.h"
@@ -504,6 +505,7 @@ RemoteActorResult run_remote_actor(const RemoteActorOptions& o) {
                  a.actor, a.env.c_str(), a.envs, a.unroll, a.learner_rank, result.learner.c_str());
   }
   at::set_num_threads(1);
+  rt::prepare_cpu_kernels();  // before the actor's threads
   rl::ParameterStore store;
   // Two unrolls per environment: the actor plays on while the last ones are sent.
   rl::TrajectoryQueue<rl::Unroll> queue({.max_size = 2 * std::int64_t{a.envs}});

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "replicator/errors.h"
+#include "replicator/torch/cpu_kernels.h"
 
 namespace replicator::train {
 namespace {
@@ -21,8 +22,10 @@ JobOptions checked(JobOptions o) {
     throw InvalidArgument("keep_checkpoints must be at least 1, got " +
                           std::to_string(o.keep_checkpoints));
   }
-  // Before the Replicator: its worker threads are where LibTorch runs.
+  // Before the Replicator: its worker threads are where LibTorch runs, beside a job's own
+  // threads (the actors).
   at::set_num_threads(o.threads);
+  rt::prepare_cpu_kernels();
   return o;
 }
 

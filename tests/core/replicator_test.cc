@@ -1,6 +1,6 @@
 // Tests of the Replicator: what run and per_replica return, replica ids, persistent replica
 // threads, reduce over a PerReplica, independence of two Replicators, more replicas than
-// cores, and many runs in a row.
+// cores, many runs in a row, and the hooks that run before the first replica threads.
 #include "replicator/replicator.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <memory>
 #include <set>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -369,6 +370,49 @@ TEST(ReplicatorTest, ConstructAndDestroyRepeatedly) {
 
 namespace replicator {
 namespace {
+
+// The hooks of on_first_replica_threads are process-wide: other tests of this binary may
+// have started replica threads already, and then a hook runs when registered. Either way it
+// has run once, on this thread, before a Replicator with replica threads is constructed.
+std::atomic<int> hook_runs{0};
+std::thread::id hook_thread;
+void count_hook() {
+  hook_thread = std::this_thread::get_id();
+  hook_runs.fetch_add(1);
+}
+
+TEST(FirstReplicaThreadsTest, AHookRunsOnceOnTheConstructingThread) {
+  detail::on_first_replica_threads(count_hook);
+  { const Replicator one(with_replicas(1)); }
+  EXPECT_LE(hook_runs.load(), 1);
+  for (int k = 0; k < 3; ++k) {
+    Replicator repl(with_replicas(2));
+    EXPECT_EQ(hook_runs.load(), 1);
+    EXPECT_EQ(hook_thread, std::this_thread::get_id());
+    repl.run([](ReplicaContext&) { EXPECT_EQ(hook_runs.load(), 1); });
+  }
+}
+
+std::atomic<int> failing_runs{0};
+void fail_once() {
+  if (failing_runs.fetch_add(1) == 0) throw std::runtime_error("not ready");
+}
+
+// A hook that throws leaves the constructor (or the registration, once threads were
+// started) with its error and runs again at the next Replicator, which then starts.
+TEST(FirstReplicaThreadsTest, AHookThatThrowsRunsAgain) {
+  bool thrown = false;
+  try {
+    detail::on_first_replica_threads(fail_once);
+  } catch (const std::runtime_error&) {
+    thrown = true;
+  }
+  if (!thrown) {
+    EXPECT_THROW(Replicator{with_replicas(2)}, std::runtime_error);
+  }
+  const Replicator repl(with_replicas(2));
+  EXPECT_EQ(failing_runs.load(), 2);
+}
 
 TEST(IntegerMeanTest, NarrowIntegersDoNotWrapBeforeDividing) {
   // u8: 200 + 250 would wrap to 194 in u8; the mean sums in i64 and gives 225.

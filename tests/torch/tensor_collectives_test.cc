@@ -22,6 +22,7 @@
 
 #include "replicator/errors.h"
 #include "replicator/replicator.h"
+#include "replicator/torch/cpu_kernels.h"
 
 namespace {
 
@@ -496,6 +497,27 @@ TEST_P(TensorCollectivesTest, BroadcastParametersMakesModulesIdentical) {
       EXPECT_TRUE(torch::equal(values[k], root_values[k])) << "tensor " << k;
     }
   }
+}
+
+// buffer_of: the tensor's own elements (no copy), or a clear refusal.
+TEST(BufferOfTest, CoversAContiguousTensorAndRefusesOthers) {
+  const torch::Tensor t = torch::arange(6, torch::kFloat64);
+  const replicator::Buffer b = rt::buffer_of(t);
+  EXPECT_EQ(b.data, t.data_ptr());
+  EXPECT_EQ(b.count, 6u);
+  EXPECT_EQ(b.dtype, DType::kF64);
+  EXPECT_THROW(rt::buffer_of(t.view({2, 3}).t()), replicator::InvalidArgument);
+  EXPECT_THROW(rt::buffer_of(torch::Tensor()), replicator::InvalidArgument);
+  EXPECT_THROW(rt::buffer_of(torch::zeros({2}, torch::kBool)), replicator::InvalidArgument);
+}
+
+// prepare_cpu_kernels leaves LibTorch's results as they were.
+TEST(PrepareCpuKernelsTest, RunsTwiceAndChangesNoResult) {
+  const torch::Tensor x = torch::linspace(-3, 3, 64).view({8, 8});
+  const torch::Tensor before = torch::tanh(torch::mm(x, x));
+  rt::prepare_cpu_kernels();
+  rt::prepare_cpu_kernels();
+  EXPECT_TRUE(torch::equal(torch::tanh(torch::mm(x, x)), before));
 }
 
 }  // namespace

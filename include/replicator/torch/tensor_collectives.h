@@ -26,6 +26,11 @@ namespace replicator::torch {
 // The replicator dtype of a LibTorch scalar type; throws InvalidArgument for others.
 DType dtype_of(c10::ScalarType type);
 
+// The Buffer over a contiguous CPU tensor's elements, for ReplicaContext's own collectives
+// (the tensor must outlive the call). Throws InvalidArgument for a tensor that is undefined,
+// not on the CPU, not contiguous, or of a dtype dtype_of() refuses.
+Buffer buffer_of(const ::torch::Tensor& contiguous);
+
 // Reduces `tensor` over replicas in place (sum by default; kMean divides by R).
 void all_reduce(ReplicaContext& ctx, const ::torch::Tensor& tensor,
                 const ReduceOptions& options = {}, CallSite where = CallSite::here());

@@ -1,0 +1,23 @@
+// LibTorch's CPU kernels on several threads of one process.
+//
+// The MKL inside the torch wheel's LibTorch sets up each of its routines at the routine's
+// first call, and a thread whose first calls race with another's may get a wrong kernel
+// for good (a tanh off by 7e-5, seen in about one run in twenty): its replica then rounds
+// differently from the others, and the job's bits depend on timing. A Replicator with more
+// than one local replica calls prepare_cpu_kernels() itself before its threads start, once
+// per process (when the program links the torch layer's collectives, as every user of
+// ReplicatedOptimizer, CrossReplicaBatchNorm or the tensor collectives does). Call it
+// yourself before starting threads of your own that run LibTorch (actor threads, for
+// example); the train jobs do.
+#pragma once
+
+namespace replicator::torch {
+
+// Makes the first call of every MKL routine LibTorch's CPU kernels reach (matrix products,
+// batched and matrix-vector; the vector math of tanh, exp, log and the other elementwise
+// functions), in float32 and float64, on the calling thread. Blocks for about a millisecond;
+// does nothing visible with a LibTorch built without MKL. Throws what LibTorch throws
+// (nothing is expected).
+void prepare_cpu_kernels();
+
+}  // namespace replicator::torch

@@ -1,0 +1,37 @@
+// The first calls of MKL's routines, on one thread (cpu_kernels.h).
+//
+// MKL (inside the torch wheel's LibTorch) sets itself up at the first call of each of its
+// routines, and that setup races with other threads' calls: with two threads making their
+// first matrix products and tanh at once, about one run in twenty gave one of them a tanh
+// wrong by 7e-5, and the D4PG learner's bits then differed between 1x2 threads and 2
+// processes. So one thread makes a first call of every MKL routine LibTorch's CPU kernels
+// reach (matrix products, batched, matrix-vector; the vector math behind the elementwise
+// functions), in both float widths, before the others start.
+#include "replicator/torch/cpu_kernels.h"
+
+#include <torch/torch.h>
+
+namespace replicator::torch {
+
+void prepare_cpu_kernels() {
+  const ::torch::NoGradGuard no_grad;
+  for (const c10::ScalarType type : {::torch::kFloat32, ::torch::kFloat64}) {
+    const auto options = ::torch::TensorOptions().dtype(type);
+    const ::torch::Tensor a = ::torch::full({8, 32}, 0.5, options);
+    const ::torch::Tensor b = ::torch::full({32, 32}, 0.25, options);
+    (void)::torch::mm(a, b);
+    (void)::torch::mm(a.t(), a);
+    (void)::torch::mv(b, a[0]);
+    (void)::torch::bmm(a.view({2, 4, 32}), b.expand({2, 32, 32}));
+    (void)::torch::bmm(b.expand({4, 32, 32}), a.view({4, 32, 2}).narrow(2, 0, 1));
+    const ::torch::Tensor x = a.flatten();
+    for (auto* f : {&::torch::tanh, &::torch::exp, &::torch::log, &::torch::sqrt, &::torch::sin,
+                    &::torch::cos, &::torch::tan, &::torch::erf, &::torch::erfc, &::torch::acos,
+                    &::torch::asin, &::torch::atan, &::torch::log10, &::torch::log2,
+                    &::torch::trunc, &::torch::erfinv}) {
+      (void)(*f)(x);
+    }
+  }
+}
+
+}  // namespace replicator::torch
