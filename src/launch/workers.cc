@@ -354,6 +354,10 @@ void Workers::pump(std::chrono::milliseconds timeout) {
   for (std::size_t i = 1; i < fds.size(); ++i) {
     if (fds[i].revents != 0) read_stream(*owners[i - 1].first, *owners[i - 1].second);
   }
+  // A thread of the process that does not block SIGCHLD (one started before this object:
+  // LibTorch's OpenMP pool, a user's) may take the signal instead of the signalfd: look for
+  // exits every time, not only when the signal arrives here.
+  reap();
 }
 
 std::vector<Workers::Exit> Workers::take_exits() {

@@ -1,16 +1,19 @@
 // The launch layer's API on real processes (/bin/sh children): the plain launcher's
-// environment, exit codes, failure release and actor restarts; the elastic agent's restart
-// after a failure, the verdict it says of a failed generation's flight-recorder dumps (on
-// real gloo workers) and its refusal of options that cannot work; the actors of an IMPALA
-// learner added to a plan, and the elastic job's host range.
+// environment, exit codes (also with another thread taking the exit signals), failure
+// release and actor restarts; the elastic agent's restart after a failure, the verdict it
+// says of a failed generation's flight-recorder dumps (on real gloo workers) and its refusal
+// of options that cannot work; the actors of an IMPALA learner added to a plan, and the
+// elastic job's host range.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -69,6 +72,26 @@ TEST_F(LaunchTest, AFailedProcessStopsTheOthersAndFailsTheLaunch) {
   const auto start = Clock::now();
   EXPECT_EQ(run_processes(options), 1);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(30));
+}
+
+// A thread that does not block SIGCHLD (as LibTorch's OpenMP pool, started before the
+// launcher) takes the children's exit signals; the launcher still sees the failure.
+TEST_F(LaunchTest, AnotherThreadTakingTheExitSignalsHidesNoExit) {
+  // It spins, so that it is running when a signal comes and takes it first.
+  std::atomic<bool> done{false};
+  std::thread bystander([&] {
+    while (!done.load(std::memory_order_relaxed)) {
+    }
+  });
+  LaunchOptions options;
+  options.processes = 2;
+  options.kill_grace = std::chrono::milliseconds(200);
+  options.command = sh("if [ \"$REPLICATOR_RANK\" = 1 ]; then exit 3; fi; exec sleep 60");
+  const auto start = Clock::now();
+  EXPECT_EQ(run_processes(options), 1);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(30));
+  done = true;
+  bystander.join();
 }
 
 TEST_F(LaunchTest, AProgramThatCannotStartIsExitCodeTwo) {

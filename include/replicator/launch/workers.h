@@ -56,6 +56,9 @@ class Workers {
   // Waits up to `timeout` for output, exits and signals, and handles what came: prints
   // output, reaps children, forwards SIGINT/SIGTERM, sends SIGKILL to what is left once the
   // grace of stop() has passed. Blocks at most `timeout`. Throws Error if poll fails.
+  // Exits are found at every call, also in a process whose other threads (started before
+  // this object, with SIGCHLD not blocked) take the signals; SIGINT and SIGTERM are
+  // forwarded only when they reach the signalfd, so such threads should block them.
   void pump(std::chrono::milliseconds timeout);
 
   // The children that exited since the last call, in the order seen.
