@@ -63,15 +63,20 @@ TEST_F(LaunchTest, EveryProcessGetsItsRankAndTheJobsStore) {
   }
 }
 
-TEST_F(LaunchTest, AFailedProcessStopsTheOthersAndFailsTheLaunch) {
+// `processes` ranks of which rank 1 fails at once and the others would run a minute: the
+// launch fails (exit code 1) and stops them well before.
+void expect_rank_one_fails_the_launch(int processes) {
   LaunchOptions options;
-  options.processes = 3;
+  options.processes = processes;
   options.kill_grace = std::chrono::milliseconds(200);
-  // Ranks 0 and 2 would run a minute; they are stopped once rank 1 fails.
   options.command = sh("if [ \"$REPLICATOR_RANK\" = 1 ]; then exit 3; fi; exec sleep 60");
   const auto start = Clock::now();
   EXPECT_EQ(run_processes(options), 1);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(30));
+}
+
+TEST_F(LaunchTest, AFailedProcessStopsTheOthersAndFailsTheLaunch) {
+  expect_rank_one_fails_the_launch(3);
 }
 
 // A thread that does not block SIGCHLD (as LibTorch's OpenMP pool, started before the
@@ -83,13 +88,7 @@ TEST_F(LaunchTest, AnotherThreadTakingTheExitSignalsHidesNoExit) {
     while (!done.load(std::memory_order_relaxed)) {
     }
   });
-  LaunchOptions options;
-  options.processes = 2;
-  options.kill_grace = std::chrono::milliseconds(200);
-  options.command = sh("if [ \"$REPLICATOR_RANK\" = 1 ]; then exit 3; fi; exec sleep 60");
-  const auto start = Clock::now();
-  EXPECT_EQ(run_processes(options), 1);
-  EXPECT_LT(Clock::now() - start, std::chrono::seconds(30));
+  expect_rank_one_fails_the_launch(2);
   done = true;
   bystander.join();
 }
