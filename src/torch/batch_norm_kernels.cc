@@ -6,8 +6,10 @@
 // baseline (SSE2), and the loader picks the widest the CPU has. The loops stream their
 // operands once, so on one core they are bound by how many lanes an instruction covers as
 // much as by memory: the wider builds move 1.5-2x the bytes per second of the baseline on a
-// channels-last pass.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// channels-last pass. Not under ThreadSanitizer: the loader runs the clones' resolver while
+// it relocates the program, before the sanitizer's runtime is up, and the instrumented
+// resolver crashes there.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define REPLICATOR_KERNEL \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
