@@ -49,9 +49,9 @@ std::unique_ptr<Replicator> make_replicator(Config config, std::unique_ptr<Trans
 // Replicator with more than one local replica (at once, when such a Replicator already
 // exists), before that Replicator's replica threads start. For a library above the runtime
 // whose code has a one-time setup that must not race between replica threads: the torch
-// layer registers a first run of LibTorch's matrix kernels (replicator/torch.h). Blocks while
-// another thread runs the hooks; what `prepare` throws leaves the Replicator's constructor
-// (and `prepare` runs again at the next one).
+// layer registers the first calls of LibTorch's MKL routines (replicator/torch/cpu_kernels.h).
+// Blocks while another thread runs the hooks; what `prepare` throws leaves the Replicator's
+// constructor (and `prepare` runs again at the next one).
 void on_first_replica_threads(void (*prepare)());
 
 // A non-owning reference to a callable taking ReplicaContext&.

@@ -11,9 +11,13 @@
 
 #include <torch/torch.h>
 
+#include <mutex>
+
 namespace replicator::torch {
 
-void prepare_cpu_kernels() {
+namespace {
+
+void first_calls() {
   const ::torch::NoGradGuard no_grad;
   for (const c10::ScalarType type : {::torch::kFloat32, ::torch::kFloat64}) {
     const auto options = ::torch::TensorOptions().dtype(type);
@@ -32,6 +36,15 @@ void prepare_cpu_kernels() {
       (void)(*f)(x);
     }
   }
+}
+
+}  // namespace
+
+void prepare_cpu_kernels() {
+  // The setup is the process's: the first caller does it (the Replicator's hook, a job, the
+  // Python module), the others wait for it and return.
+  static std::once_flag once;
+  std::call_once(once, first_calls);
 }
 
 }  // namespace replicator::torch

@@ -15,9 +15,10 @@ namespace replicator::torch {
 
 // Makes the first call of every MKL routine LibTorch's CPU kernels reach (matrix products,
 // batched and matrix-vector; the vector math of tanh, exp, log and the other elementwise
-// functions), in float32 and float64, on the calling thread. Blocks for about a millisecond;
+// functions), in float32 and float64, on the calling thread, the first time it is called in
+// the process; later calls wait for that one and return. Blocks for about a millisecond;
 // does nothing visible with a LibTorch built without MKL. Throws what LibTorch throws
-// (nothing is expected).
+// (nothing is expected; after a throw the next call tries again).
 void prepare_cpu_kernels();
 
 }  // namespace replicator::torch
