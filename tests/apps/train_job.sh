@@ -13,7 +13,8 @@
 #   --memory-format fail clearly; the layout is channels last by default;
 #   the same job on 2 replicas ends with the same bits as 1 process x 2 threads, 2 mpi
 #   processes and 2 gloo processes (and 4 replicas as 1x4 and 2x2 over mpi); `replicator
-#   timeline` summarizes the gloo run's timeline files.
+#   timeline` summarizes the gloo run's timeline files; 200 healthy steps print no straggler
+#   line.
 # Usage: train_job.sh BUILD_DIR HAVE_MPI HAVE_GLOO [PYTHON]   (HAVE_*: 1 or 0; PYTHON: the
 # virtual environment's)
 set -euo pipefail
@@ -151,4 +152,16 @@ if [ "$have_gloo" = 1 ]; then
     fail "timeline of one file"
   echo "timeline: both processes' replicas summarized"
 fi
+# A healthy job names no straggler: 200 steps on 2 processes (mpi where built, else 2 threads)
+# print no "replicator: ... waited" line, with the default straggler_after.
+healthy=(train classifier --batch 64 --steps 200 --no-eval --no-progress --json)
+if [ "$have_mpi" = 1 ]; then
+  mpirun -np 2 --oversubscribe --bind-to none "$replicator" "${healthy[@]}" --replicas 1 \
+    >/dev/null 2>"$work/healthy.err"
+else
+  "$replicator" "${healthy[@]}" --replicas 2 >/dev/null 2>"$work/healthy.err"
+fi
+grep '^replicator: .* waited ' "$work/healthy.err" &&
+  fail "a straggler line in a healthy 200-step run"
+echo "200 healthy steps: no straggler line"
 echo "train job: all checks passed"
