@@ -12,6 +12,8 @@ killed rank releases the others (Aborted, PeerLost) instead of leaving them to t
 timeout. ``REPLICATOR_TRACE_DIR`` and ``REPLICATOR_TIMELINE`` work as for C++ jobs.
 """
 
+import atexit
+
 import torch.distributed as dist
 
 from replicator import _replicator
@@ -25,3 +27,6 @@ def _create(store, rank, size, timeout):
 
 if BACKEND not in dist.Backend.backend_list:
     dist.Backend.register_backend(BACKEND, _create, devices=["cpu"])
+    # A process group still alive at exit (no destroy_process_group, or a backend object
+    # kept) stops here, while its thread can still hand tensors back to Python.
+    atexit.register(_replicator._stop_backends)

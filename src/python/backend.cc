@@ -119,6 +119,23 @@ void check_list(const Tensors& ts, int size, const at::Tensor& like, const char*
   }
 }
 
+std::exception_ptr stopped_error() {
+  return std::make_exception_ptr(
+      Aborted("replicator backend: stopped (its process group was destroyed, or the interpreter is "
+              "exiting)",
+              std::nullopt));
+}
+
+// The backends alive in this process, for stop_all().
+struct Live {
+  std::mutex mu;
+  std::vector<Backend*> backends;
+};
+Live& live() {
+  static Live* const l = new Live;  // never destroyed: backends may outlive static destructors
+  return *l;
+}
+
 }  // namespace
 
 Work::Work(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs)
@@ -151,15 +168,36 @@ Backend::Backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int siz
   config.heartbeat = std::chrono::milliseconds(0);
   replicator_ = std::make_unique<Replicator>(config, std::make_shared<C10dMeeting>(store));
   thread_ = std::thread([this] { serve(); });
+  Live& l = live();
+  std::lock_guard lock(l.mu);
+  l.backends.push_back(this);
 }
 
 Backend::~Backend() {
   {
+    Live& l = live();
+    std::lock_guard lock(l.mu);
+    std::erase(l.backends, this);
+  }
+  stop();
+}
+
+void Backend::stop() {
+  {
     std::lock_guard lock(mu_);
+    if (stopping_) return;
     stopping_ = true;
   }
   ready_.notify_all();
   if (thread_.joinable()) thread_.join();
+  std::lock_guard lock(mu_);
+  if (!failure_) failure_ = stopped_error();
+}
+
+void Backend::stop_all() {
+  Live& l = live();
+  std::lock_guard lock(l.mu);
+  for (Backend* b : l.backends) b->stop();
 }
 
 uint64_t Backend::getSequenceNumberForGroup() {
@@ -174,8 +212,8 @@ c10::intrusive_ptr<c10d::Work> Backend::enqueue(c10d::OpType type, const char* t
   const CallSite where = python_caller();
   std::unique_lock lock(mu_);
   ++issued_;
-  if (failure_ || thrown_) {
-    work->complete(failure_ ? failure_ : thrown_);
+  if (failure_ || thrown_ || stopping_) {
+    work->complete(failure_ ? failure_ : thrown_ ? thrown_ : stopped_error());
     return work;
   }
   if (blocking && queue_.empty() && idle_ && ctx_ != nullptr && !inline_) {
@@ -194,8 +232,12 @@ c10::intrusive_ptr<c10d::Work> Backend::enqueue(c10d::OpType type, const char* t
     // A failure goes to the backend's thread, which raises it inside the step, so that the
     // Replicator releases the other processes as for any failed step.
     if (error) thrown_ = error;
+    // The backend's thread waits for a failure or for work it may start: it is woken only
+    // for those, not after every call made here (a wake-up per call took a core from the
+    // caller, or from the other processes, on a busy host).
+    const bool wake = error || !queue_.empty();
     lock.unlock();
-    ready_.notify_all();
+    if (wake) ready_.notify_all();
     work->complete(error);
     return work;
   }
@@ -227,14 +269,21 @@ void Backend::serve() {
       }
       Item item;
       while (next(item)) {
-        try {
-          item.op(ctx, item.where);
-        } catch (...) {
-          item.work->complete(std::current_exception());
-          throw;
-        }
-        item.work->complete(nullptr);
+        // The op's tensors are released before its Work completes: once it has, the caller
+        // may go on and Python may be finalizing.
+        const c10::intrusive_ptr<Work> work = std::move(item.work);
+        Op op = std::move(item.op);
+        const CallSite where = item.where;
         item = Item{};
+        std::exception_ptr error;
+        try {
+          op(ctx, where);
+        } catch (...) {
+          error = std::current_exception();
+        }
+        op = nullptr;
+        work->complete(error);
+        if (error) std::rethrow_exception(error);
       }
     });
     return;

@@ -12,7 +12,9 @@
 // meanwhile, and returns a completed Work. Work::wait rethrows the collective's error
 // as its own type (CollectiveMismatch, Timeout, PeerLost, Aborted); after one, the backend is
 // failed and every later Work fails with that error, as replicator's transport is poisoned
-// and the other ranks are released with Aborted.
+// and the other ranks are released with Aborted. stop() (the destructor, and the package's
+// exit hook through stop_all()) lets the queue drain and ends the thread; later calls fail
+// with Aborted.
 //
 // The job's Config comes from the environment (Config::from_env: REPLICATOR_TRACE_DIR,
 // REPLICATOR_TIMELINE, REPLICATOR_STRAGGLER_AFTER, REPLICATOR_HOST, ...), with the engine,
@@ -64,8 +66,19 @@ class Backend final : public c10d::Backend {
   // rendezvous::StoreError, Timeout) when the job cannot start.
   Backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
           std::chrono::milliseconds timeout);
-  // Lets the queued collectives finish, then stops the backend's thread.
+  // Lets the queued collectives finish, then stops the backend's thread (stop()).
   ~Backend() override;
+
+  // Lets the queued collectives finish and stops the backend's thread; later collectives
+  // fail with Aborted. Idempotent. Blocks while the queue drains (each collective at most
+  // its deadline). Call without the GIL: a collective's tensors may be released on that
+  // thread.
+  void stop();
+  // stop() for every backend alive in this process. The package calls it at interpreter
+  // exit (atexit), while Python can still take the GIL: a backend's thread that released the
+  // last reference to a Python-owned tensor after that would be ended by the interpreter
+  // inside a destructor, and the process would abort. Call without the GIL.
+  static void stop_all();
 
   const std::string getBackendName() const override { return "replicator"; }
   uint64_t getSequenceNumberForGroup() override;

@@ -108,6 +108,9 @@ void bind_backend(py::module_& m) {
       py::call_guard<py::gil_scoped_release>(),
       "The backend \"replicator\" of one process group (what torch.distributed's "
       "register_backend calls). Blocks until every rank has joined, at most `timeout`.");
+  m.def("_stop_backends", &Backend::stop_all, py::call_guard<py::gil_scoped_release>(),
+        "Lets every live backend's queued collectives finish and stops its thread; later "
+        "collectives fail with Aborted. The package calls it at interpreter exit.");
 }
 
 }  // namespace

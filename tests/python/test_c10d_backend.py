@@ -151,6 +151,25 @@ def test_all_reduce_is_bitwise_deterministic_over_jobs():
     assert digests[0] == digests[1]
 
 
+def test_a_group_left_alive_at_exit_ends_cleanly():
+    # Asynchronous collectives whose tensor only a module global holds, and the backend object
+    # kept, without destroy_process_group: the interpreter's exit must not abort the process
+    # (the backend's thread releasing the last tensor reference into a finalizing Python).
+    for _ in range(3):
+        job = run_job("left_alive", 2)
+        for rank, (code, result, out) in enumerate(job):
+            assert code == 0, f"rank {rank} exited {code}:\n{out[-3000:]}"
+            assert result["value"] == 2.0 ** 10, result
+
+
+def test_a_stopped_backend_refuses_collectives():
+    job = run_job("stopped", 2)
+    for rank in range(2):
+        result = _result(job, rank)
+        assert result["after_stop"] == "replicator.Aborted", result
+        assert "stopped" in result["message"], result
+
+
 # ---------------------------------------------------------------------------------------------
 # Workers (this file run as a script)
 
@@ -520,7 +539,49 @@ def worker_determinism(rank, world):
     dist.destroy_process_group()
 
 
+KEPT = {}  # what worker_left_alive leaves to the interpreter's exit
+
+
+def worker_left_alive(rank, world):
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    import replicator.torch  # noqa: F401
+
+    dist.init_process_group("replicator", timeout=timedelta(seconds=60))
+    KEPT["tensor"] = torch.ones(65536)
+    KEPT["backend"] = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    for _ in range(10):
+        dist.all_reduce(KEPT["tensor"], async_op=True).wait()
+    _report(value=KEPT["tensor"][0].item())
+    KEPT["tensor"].fill_(0.5)
+    for _ in range(300):  # ends with the last collective's tensors released just after it
+        KEPT["backend"].allreduce([KEPT["tensor"]], dist.AllreduceOptions()).wait()
+
+
+def worker_stopped(rank, world):
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    import replicator.torch  # noqa: F401
+    from replicator import _replicator
+
+    dist.init_process_group("replicator", timeout=timedelta(seconds=60))
+    dist.all_reduce(torch.ones(4))
+    _replicator._stop_backends()  # what the package calls at exit
+    try:
+        dist.all_reduce(torch.ones(4))
+        _report(after_stop="returned")
+    except Exception as e:  # noqa: BLE001 (its class is the result)
+        _report(after_stop=_class_name(e), message=str(e))
+
+
 if __name__ == "__main__":
     workers = {"collectives": worker_collectives, "mismatch": worker_mismatch,
-               "kill": worker_kill, "determinism": worker_determinism}
+               "kill": worker_kill, "determinism": worker_determinism,
+               "left_alive": worker_left_alive, "stopped": worker_stopped}
     workers[sys.argv[1]](int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
