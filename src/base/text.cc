@@ -38,8 +38,12 @@ std::string replicas_text(const std::vector<int>& ids) {
   for (std::size_t i = 0; i < ids.size();) {
     std::size_t j = i;
     while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
-    runs += (i ? ", " : "") + std::to_string(ids[i]) +
-            (j > i ? "-" + std::to_string(ids[j]) : std::string());
+    if (i > 0) runs += ", ";
+    runs += std::to_string(ids[i]);
+    if (j > i) {
+      runs += '-';
+      runs += std::to_string(ids[j]);
+    }
     i = j + 1;
   }
   return (ids.size() == 1 ? "replica " : "replicas ") + runs;

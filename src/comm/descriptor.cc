@@ -16,7 +16,9 @@ std::string Descriptor::describe() const {
   if (traits && !traits->phrase.empty()) return std::string(traits->phrase);
   std::string s(name());
   if (traits && !traits->shows_shape) return s + "()";
-  s += "(" + std::string(to_string(dtype)) + " x " + std::to_string(count);
+  s += '(';
+  s += to_string(dtype);
+  s += " x " + std::to_string(count);
   if (traits && traits->shows_op) s += ", op=" + std::string(to_string(op));
   if (traits && traits->shows_root) s += ", root=" + std::to_string(root);
   if (num_buffers > 1) {
@@ -44,10 +46,14 @@ void check_match(int first, int me, std::span<const Descriptor* const> calls) {
   for (std::size_t j = 0; j < described.size();) {
     std::size_t k = j;
     while (k + 1 < described.size() && described[k + 1] == described[j]) ++k;
-    message += (j ? "; " : "") + std::string(k > j ? "replicas " : "replica ") +
-               std::to_string(first + static_cast<int>(j)) +
-               (k > j ? "-" + std::to_string(first + static_cast<int>(k)) : "") + " called " +
-               described[j];
+    if (j > 0) message += "; ";
+    message += k > j ? "replicas " : "replica ";
+    message += std::to_string(first + static_cast<int>(j));
+    if (k > j) {
+      message += '-';
+      message += std::to_string(first + static_cast<int>(k));
+    }
+    message += " called " + described[j];
     j = k + 1;
   }
   message +=

@@ -51,7 +51,8 @@ std::string hex_start(std::string_view bytes) {
   for (std::size_t i = 0; i < std::min<std::size_t>(bytes.size(), 4); ++i) {
     std::array<char, 4> hex{};
     std::snprintf(hex.data(), hex.size(), "%02x", static_cast<unsigned char>(bytes[i]));
-    text += (i ? " " : "") + std::string(hex.data());
+    if (i > 0) text += ' ';
+    text += hex.data();
   }
   return text;
 }
@@ -230,7 +231,7 @@ void check_zip(std::string_view bytes, const std::string& name) {
   }
   const ZipReader zip(bytes, name);
   if (zip.field(0, 4, "first record") != kLocalHeader) {
-    zip.fail("is not a checkpoint: it starts with bytes " + hex_start(bytes) +
+    zip.fail(std::string("is not a checkpoint: it starts with bytes ") + hex_start(bytes) +
              " instead of the zip signature 50 4b 03 04");
   }
   const Directory dir = find_directory(zip);
