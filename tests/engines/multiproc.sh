@@ -4,7 +4,7 @@
 #
 #   multiproc.sh BUILD_DIR CASE
 #
-# CASE: determinism-mpi, determinism-gloo, mismatch-mpi, mismatch-gloo,
+# CASE: determinism-mpi, determinism-gloo, shards-mpi, shards-gloo, mismatch-mpi, mismatch-gloo,
 #       local-mismatch-mpi, local-mismatch-gloo, throw-mpi, throw-gloo, stop-mpi, stop-gloo,
 #       straggler-mpi, straggler-gloo, native-deadline-mpi, kill-mpi, kill-gloo, timeline-mpi,
 #       timeline-gloo, two-hosts-gloo
@@ -106,6 +106,31 @@ digest_gloo() {
     sed 's/^\[rank [0-9]*\] //' | grep '^digest'
 }
 
+# shards_of ENGINE PROCESSES LOCAL: runs the shards scenario (8 logical shards) and prints its
+# line; ENGINE local runs LOCAL threads in one process.
+shards_of() {
+  case "$1" in
+    local) REPLICATOR_LOCAL_REPLICAS=$3 timeout 120 "$prog" shards | grep '^shards' ;;
+    mpi) "${mpi[@]}" -np "$2" -x REPLICATOR_LOCAL_REPLICAS="$3" "$prog" shards | grep '^shards' ;;
+    gloo) timeout 120 "$launcher" launch -n "$2" --local-replicas "$3" -- "$prog" shards |
+      sed 's/^\[rank [0-9]*\] //' | grep '^shards' ;;
+  esac
+}
+
+# expect_same_shards ENGINE: 8 shards give the same bits on R = 1, 3 and 8 threads and on
+# R = 2, 3, 5 processes and 2 x 2 of ENGINE.
+expect_same_shards() {
+  local first line
+  first=$(shards_of local 1 1)
+  [[ "$first" == "shards S=8 "* ]] || fail "no shards line from 1 replica ('$first')"
+  for layout in "local 1 3" "local 1 8" "$1 2 1" "$1 3 1" "$1 5 1" "$1 2 2"; do
+    # shellcheck disable=SC2086
+    line=$(shards_of $layout)
+    [[ "$line" == "$first" ]] || fail "shards on $layout: '$line' differs from '$first'"
+  done
+  echo "8 shards: R = 1, 3, 8 threads, 2, 3, 5 $1 processes and 2 x 2 agree: $first"
+}
+
 # expect_same R LINE...: every layout of R replicas printed the same digest.
 expect_same() {
   local r=$1; shift
@@ -154,6 +179,9 @@ case "$case_name" in
     expect_same 4 "$(digest_local 4)" "$(digest_gloo 2 2)" "$(digest_gloo 4 1)"
     expect_same 3 "$(digest_local 3)" "$(digest_gloo 3 1)"
     expect_same 6 "$(digest_local 6)" "$(digest_gloo 2 3)" "$(digest_gloo 3 2)" "$(digest_gloo 6 1)"
+    ;;
+  shards-mpi | shards-gloo)
+    expect_same_shards "${case_name#shards-}"
     ;;
   mismatch-mpi)
     for scenario in mismatch signature; do

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "replicator/replicator.h"
+#include "replicator/shards.h"
 #include "src/engines/make_transport.h"
 #include "src/engines/native.h"
 #include "tests/harness/harness.h"
@@ -59,6 +60,29 @@ std::uint64_t fnv(const void* data, std::size_t bytes, std::uint64_t h = 1469598
   return h;
 }
 
+// Every replica of every process must hold the same hash: compare within the process, then
+// through max/min across processes; replica 0 prints "<label> <hash>".
+int expect_agreed(Replicator& repl, const PerReplica<std::int64_t>& hashes,
+                  const std::string& label) {
+  for (const auto h : hashes) {
+    if (h != hashes[0]) {
+      std::fprintf(stderr, "local replicas disagree\n");
+      return 1;
+    }
+  }
+  const auto lo = repl.reduce(ReduceOp::kMin, hashes);
+  const auto hi = repl.reduce(ReduceOp::kMax, hashes);
+  if (lo != hi) {
+    std::fprintf(stderr, "processes disagree\n");
+    return 1;
+  }
+  if (repl.num_replicas() > 0 &&
+      repl.run([](ReplicaContext& ctx) { return ctx.replica_id(); })[0] == 0) {
+    std::printf("%s %016llx\n", label.c_str(), static_cast<unsigned long long>(hashes[0]));
+  }
+  return 0;
+}
+
 int digest(Replicator& repl) {
   auto hashes = repl.run([&](ReplicaContext& ctx) {
     std::uint64_t h = 0;
@@ -75,25 +99,34 @@ int digest(Replicator& repl) {
     }
     return static_cast<std::int64_t>(h);
   });
-  for (const auto h : hashes) {
-    if (h != hashes[0]) {
-      std::fprintf(stderr, "local replicas disagree\n");
-      return 1;
+  return expect_agreed(repl, hashes, "digest R=" + std::to_string(repl.num_replicas()));
+}
+
+// Logical shards: 8 shards' values (shard s: data_of(s)) reduced by ShardReduce, f32 sums
+// and bf16 means. The hash, printed as "shards S=8 <hash>", must not depend on R or layout.
+int shards(Replicator& repl) {
+  constexpr int kShards = 8;
+  auto hashes = repl.run([&](ReplicaContext& ctx) {
+    std::uint64_t h = 0;
+    for (const std::size_t n : {1ul, 37ul, 100003ul}) {
+      ShardReduce sum(ctx, kShards, DType::kF32, n);
+      ShardReduce mean(ctx, kShards, DType::kBF16, n, ReduceOp::kMean);
+      for (int s = sum.range().first; s < sum.range().last; ++s) {
+        std::vector<float> v = data_of(s, n);
+        sum.add(s, Buffer::of(std::span<float>(v)));
+        std::vector<bfloat16> b(v.begin(), v.end());
+        mean.add(s, Buffer::of(std::span<bfloat16>(b)));
+      }
+      std::vector<float> out(n);
+      sum.all_reduce(Buffer::of(std::span<float>(out)));
+      h = fnv(out.data(), n * sizeof(float), h ^ n);
+      std::vector<bfloat16> b(n);
+      mean.all_reduce(Buffer::of(std::span<bfloat16>(b)));
+      h = fnv(b.data(), n * sizeof(bfloat16), h);
     }
-  }
-  // Every replica of every process must hold the same digest: compare through max/min.
-  const auto lo = repl.reduce(ReduceOp::kMin, hashes);
-  const auto hi = repl.reduce(ReduceOp::kMax, hashes);
-  if (lo != hi) {
-    std::fprintf(stderr, "processes disagree\n");
-    return 1;
-  }
-  if (repl.num_replicas() > 0 &&
-      repl.run([](ReplicaContext& ctx) { return ctx.replica_id(); })[0] == 0) {
-    std::printf("digest R=%d %016llx\n", repl.num_replicas(),
-                static_cast<unsigned long long>(hashes[0]));
-  }
-  return 0;
+    return static_cast<std::int64_t>(h);
+  });
+  return expect_agreed(repl, hashes, "shards S=" + std::to_string(kShards));
 }
 
 // Prints what `error` is, to stdout as "<ok>: <describe>" if it is one of Expected (the
@@ -361,11 +394,11 @@ int native_deadline(const Config& config, int rank) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(
-        stderr,
-        "usage: %s "
-        "digest|mismatch|signature|local-mismatch|throw|stop|straggler|slow|native-deadline|kill\n",
-        argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s "
+                 "digest|shards|mismatch|signature|local-mismatch|throw|stop|straggler|slow|native-"
+                 "deadline|kill\n",
+                 argv[0]);
     return 2;
   }
   const std::string scenario = argv[1];
@@ -376,6 +409,7 @@ int main(int argc, char** argv) {
       repl.run([](ReplicaContext& ctx) { return ctx.replica_id(); })[0] / repl.num_local_replicas();
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (scenario == "digest") return digest(repl);
+  if (scenario == "shards") return shards(repl);
   if (scenario == "mismatch") return mismatch(repl, false);
   if (scenario == "signature") return mismatch(repl, true);
   if (scenario == "throw") return throw_in_step(repl);
