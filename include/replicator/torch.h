@@ -12,5 +12,6 @@
 #include "replicator/torch/gradient_reducer.h"
 #include "replicator/torch/memory_format.h"
 #include "replicator/torch/sample_quality.h"
+#include "replicator/torch/shard_gradients.h"
 #include "replicator/torch/spectral_norm.h"
 #include "replicator/torch/tensor_collectives.h"

@@ -46,6 +46,8 @@ std::vector<std::int64_t> reduce_dims(const ::torch::Tensor& x) {
   return v.view(shape);
 }
 
+thread_local bool shard_local = false;  // a ShardLocalBatchNorm is alive on this thread
+
 ReplicaContext* context_from(const ::torch::IValue& v) {
   return reinterpret_cast<ReplicaContext*>(static_cast<std::intptr_t>(v.toInt()));
 }
@@ -227,6 +229,9 @@ class CrossReplicaBatchNormFunction
 
 }  // namespace
 
+ShardLocalBatchNorm::ShardLocalBatchNorm() : previous_(shard_local) { shard_local = true; }
+ShardLocalBatchNorm::~ShardLocalBatchNorm() { shard_local = previous_; }
+
 namespace detail {
 
 template <int Dims, typename Derived>
@@ -278,7 +283,9 @@ template <int Dims, typename Derived>
     return ::torch::batch_norm(x, weight, bias, running_mean, running_var,
                                /*training=*/false, 0.0, options.eps(), /*cudnn_enabled=*/false);
   }
-  ReplicaContext* ctx = options.context() ? options.context() : ReplicaContext::current();
+  ReplicaContext* ctx = shard_local         ? nullptr
+                        : options.context() ? options.context()
+                                            : ReplicaContext::current();
   const Statistics s = global_statistics(ctx, x);
   if (this->is_training() && options.track_running_stats()) {
     const ::torch::NoGradGuard no_grad;

@@ -6,11 +6,12 @@
 // replica. In eval mode with running statistics nothing is reduced.
 //
 // Which replicas: the options' `context`, or, when null, the replica whose step the
-// calling thread runs (ReplicaContext::current()); outside any step it is plain batch
-// norm. forward() and backward BLOCK in training mode on a collective per call (one in
-// forward, one in backward), so every replica must run the same layers in the same order,
-// and they throw what collectives throw; forward throws InvalidArgument for an input of
-// the wrong rank or channel count, or with a single value per channel over all replicas.
+// calling thread runs (ReplicaContext::current()); outside any step, and on a thread that
+// holds a ShardLocalBatchNorm, it is plain batch norm. forward() and backward BLOCK in
+// training mode on a collective per call (one in forward, one in backward), so every
+// replica must run the same layers in the same order, and they throw what collectives
+// throw; forward throws InvalidArgument for an input of the wrong rank or channel count,
+// or with a single value per channel over all replicas.
 //
 // Input shapes: CrossReplicaBatchNorm1d takes [N, C] or [N, C, L]; CrossReplicaBatchNorm2d
 // takes [N, C, H, W]. Parameters and buffers have the names of torch::nn::BatchNorm*d
@@ -39,6 +40,24 @@ struct CrossReplicaBatchNormOptions {
   TORCH_ARG(bool, track_running_stats) = true;
   using ContextPointer = ReplicaContext*;  // (TORCH_ARG needs a one-word type)
   TORCH_ARG(ContextPointer, context) = nullptr;
+};
+
+// While alive, batch norm called on this thread (every CrossReplicaBatchNorm, whatever its
+// options' context) normalizes by the statistics of the batch it is given and reduces
+// nothing: the per-shard batch norm of logical shards (replicator/shards.h,
+// ShardGradients), whose result must not depend on which replica computes the shard.
+// Running statistics are updated from that batch too (ShardGradients' buffers combine them
+// over the shards). Nests; never blocks or throws. Keep it on the stack of the replica's
+// thread around the shards' forward and backward.
+class ShardLocalBatchNorm {
+ public:
+  ShardLocalBatchNorm();
+  ~ShardLocalBatchNorm();
+  ShardLocalBatchNorm(const ShardLocalBatchNorm&) = delete;
+  ShardLocalBatchNorm& operator=(const ShardLocalBatchNorm&) = delete;
+
+ private:
+  bool previous_;
 };
 
 namespace detail {
