@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "replicator/errors.h"
+#include "replicator/shards.h"
 
 namespace replicator::data {
 namespace {
@@ -88,6 +89,16 @@ std::pair<std::int64_t, std::int64_t> slice_of(std::int64_t n, int replica, int 
   return {replica * base + std::min<std::int64_t>(replica, extra), base + (replica < extra)};
 }
 
+// Positions [begin, begin + count) of a global batch of `n` examples held by the loader's
+// replica: its own slice, or with shards the slices of its shard range.
+std::pair<std::int64_t, std::int64_t> replica_slice(std::int64_t n, const LoaderOptions& o) {
+  if (o.shards == 0) return slice_of(n, o.replica, o.num_replicas);
+  const ShardRange range = shard_range(o.shards, o.num_replicas, o.replica);
+  const std::int64_t begin = slice_of(n, range.first, o.shards).first;
+  const auto [last, count] = slice_of(n, range.last - 1, o.shards);
+  return {begin, last + count - begin};
+}
+
 // One replica's part of one global batch.
 struct ShardRequest {
   std::int64_t epoch = 0;
@@ -121,8 +132,7 @@ class ShardSampler : public ::torch::data::samplers::Sampler<ShardRequest> {
     ShardRequest request{.epoch = epoch_, .index = next_batch_};
     const std::int64_t begin = next_batch_ * options_.global_batch;
     request.global_size = std::min(options_.global_batch, num_examples_ - begin);
-    const auto [offset, count] =
-        slice_of(request.global_size, options_.replica, options_.num_replicas);
+    const auto [offset, count] = replica_slice(request.global_size, options_);
     const auto first = order_.begin() + begin + offset;
     request.examples.assign(first, first + count);
     ++next_batch_;
@@ -264,7 +274,15 @@ void check_options(const LoaderOptions& o) {
                           std::to_string(o.num_replicas) +
                           "; expected 0 <= replica < num_replicas");
   }
-  if (o.global_batch < 1 || o.global_batch % o.num_replicas != 0) {
+  if (o.shards != 0) {
+    if (o.shards < o.num_replicas || o.global_batch < 1 || o.global_batch % o.shards != 0) {
+      throw InvalidArgument("ShardedLoader got global_batch " + std::to_string(o.global_batch) +
+                            ", " + std::to_string(o.shards) + " shards and " +
+                            std::to_string(o.num_replicas) +
+                            " replicas; the batch must be a positive multiple of the shards, "
+                            "and the replicas at most as many as the shards");
+    }
+  } else if (o.global_batch < 1 || o.global_batch % o.num_replicas != 0) {
     throw InvalidArgument("ShardedLoader got global_batch " + std::to_string(o.global_batch) +
                           "; it must be a positive multiple of num_replicas " +
                           std::to_string(o.num_replicas));
@@ -312,7 +330,8 @@ void ShardedLoader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
       ShardDataset(examples_, options_),
       ShardSampler(options_, examples_->size(), epoch, first_batch),
       ::torch::data::DataLoaderOptions()
-          .batch_size(static_cast<std::size_t>(options_.global_batch / options_.num_replicas))
+          // (the sampler sizes each request; a DataLoader wants a positive batch_size)
+          .batch_size(static_cast<std::size_t>(options_.global_batch))
           .workers(1)  // a batch takes well under a millisecond; one thread keeps ahead
           .max_jobs(static_cast<std::size_t>(options_.prefetch))
           .drop_last(false));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "replicator/errors.h"
+#include "replicator/shards.h"
 
 namespace replicator::data {
 namespace {
@@ -66,12 +67,10 @@ void expect_invalid_argument(Call&& call) {
 
 // ---- sharding over replica counts -------------------------------------------------------
 
-class ShardingSweep : public ::testing::TestWithParam<int> {};
-
 // The R slices of every global batch, in replica order, are the batch R = 1 gets; with and
-// without augmentation, including the short last batch (1000 = 20·48 + 40).
-TEST_P(ShardingSweep, ReplicaSlicesConcatenateToTheSingleReplicaBatch) {
-  const int replicas = GetParam();
+// without augmentation, including the short last batch (1000 = 20·48 + 40). With `shards`,
+// replica r's slice holds the shards of shard_range(shards, R, r), 48 / shards rows each.
+void expect_slices_make_the_batch(int replicas, int shards) {
   const auto examples = synthetic(1000);
   for (const bool augment : {false, true}) {
     const LoaderOptions single{
@@ -84,6 +83,7 @@ TEST_P(ShardingSweep, ReplicaSlicesConcatenateToTheSingleReplicaBatch) {
       auto options = single;
       options.replica = r;
       options.num_replicas = replicas;
+      options.shards = shards;
       ShardedLoader loader(examples, options);
       EXPECT_EQ(loader.batches_per_epoch(), 21);
       slices.push_back(whole_epoch(loader, 3));
@@ -97,7 +97,9 @@ TEST_P(ShardingSweep, ReplicaSlicesConcatenateToTheSingleReplicaBatch) {
         EXPECT_EQ(slice.epoch, 3);
         EXPECT_EQ(slice.index, static_cast<std::int64_t>(b));
         if (b + 1 < expected.size()) {
-          EXPECT_EQ(slice.labels.size(0), 48 / replicas);
+          const std::int64_t rows =
+              shards == 0 ? 48 / replicas : shard_range(shards, replicas, r).size() * 48 / shards;
+          EXPECT_EQ(slice.labels.size(0), rows) << "replica " << r;
         }
         images.push_back(slice.images);
         labels.push_back(slice.labels);
@@ -108,7 +110,36 @@ TEST_P(ShardingSweep, ReplicaSlicesConcatenateToTheSingleReplicaBatch) {
   }
 }
 
+class ShardingSweep : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShardingSweep, ReplicaSlicesConcatenateToTheSingleReplicaBatch) {
+  expect_slices_make_the_batch(GetParam(), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Replicas, ShardingSweep, ::testing::Values(1, 2, 3, 4, 8, 16));
+
+// With 8 logical shards the replicas need not divide the batch's 48 examples or the shards.
+class LogicalShardSweep : public ::testing::TestWithParam<int> {};
+
+TEST_P(LogicalShardSweep, ReplicaShardRangesConcatenateToTheSingleReplicaBatch) {
+  expect_slices_make_the_batch(GetParam(), 8);
+}
+
+INSTANTIATE_TEST_SUITE_P(Replicas, LogicalShardSweep, ::testing::Values(1, 2, 3, 5, 7, 8));
+
+TEST(ShardedLoader, TheShortLastBatchIsSplitOverTheShards) {
+  // 40 examples over 8 shards: 5 each, so replica 0 of 3 (shards 0-1) gets 10 and replica 2
+  // (shards 5-7) 15.
+  const auto examples = synthetic(1000);
+  const LoaderOptions o{
+      .global_batch = 48, .replica = 2, .num_replicas = 3, .shards = 8, .drop_last = false};
+  EXPECT_EQ(batch_at(examples, o, 0, 20).labels.size(0), 15);
+  EXPECT_EQ(
+      batch_at(examples, {.global_batch = 48, .num_replicas = 3, .shards = 8, .drop_last = false},
+               0, 20)
+          .labels.size(0),
+      10);
+}
 
 // ---- order ---------------------------------------------------------------------------
 
@@ -278,6 +309,12 @@ TEST(ShardedLoader, InvalidOptionsThrow) {
   expect_invalid_argument([&] { ShardedLoader(examples, {.replica = -1, .num_replicas = 2}); });
   expect_invalid_argument([&] { ShardedLoader(examples, {.num_replicas = 0}); });
   expect_invalid_argument([&] { ShardedLoader(examples, {.prefetch = 0}); });
+  // Shards: the batch a multiple of them, at most as many replicas, none negative.
+  expect_invalid_argument([&] { ShardedLoader(examples, {.global_batch = 6, .shards = 4}); });
+  expect_invalid_argument(
+      [&] { ShardedLoader(examples, {.global_batch = 4, .num_replicas = 3, .shards = 2}); });
+  expect_invalid_argument([&] { ShardedLoader(examples, {.global_batch = 4, .shards = -2}); });
+  ShardedLoader(examples, {.global_batch = 8, .replica = 2, .num_replicas = 3, .shards = 4});
   expect_invalid_argument([&] { ShardedLoader(nullptr, {}); });
   auto wrong_type = std::make_shared<Examples>(*examples);
   wrong_type->images = examples->images.to(::torch::kFloat32);

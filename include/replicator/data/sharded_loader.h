@@ -7,6 +7,12 @@
 // - Replica r gets the positions [r·B/R, (r+1)·B/R) of each global batch, so the R slices,
 //   concatenated in replica order, are exactly the global batch that R = 1 gets for the
 //   same seed, epoch and index. B must be a multiple of R.
+// - With `shards` = S (logical shards, replicator/shards.h) the global batch is S shards
+//   of B/S positions each, shard s being [s·B/S, (s+1)·B/S), and replica r gets the shards
+//   of shard_range(S, R, r), in order: which examples make up shard s of a batch depends on
+//   (seed, epoch, index) only, never on R. B must be a multiple of S, and R <= S; R need
+//   not divide S, so replicas may get different numbers of examples. A short last batch
+//   (without drop_last) is split over the shards as it would be over S replicas.
 // - With `drop_last` (training) an epoch has floor(N/B) batches. Without it (evaluation)
 //   it has ceil(N/B), and the last global batch of n < B examples is split as evenly as
 //   possible: replicas r < n % R get n/R + 1 examples, the others n/R — possibly 0, in
@@ -36,6 +42,7 @@ struct LoaderOptions {
   std::int64_t global_batch = 256;  // B, examples per step over all replicas
   int replica = 0;                  // r, this loader's replica, 0 <= r < num_replicas
   int num_replicas = 1;             // R
+  int shards = 0;                   // S logical shards of the global batch (0: none)
   std::uint64_t seed = 0;
   bool shuffle = true;
   bool drop_last = true;  // false for evaluation: keep the short last global batch
@@ -59,7 +66,8 @@ class ShardedLoader {
  public:
   // Does not block and starts no thread. `examples` must hold uint8 [N, 28, 28] contiguous
   // CPU images and int64 [N] labels. Throws InvalidArgument for bad examples or options
-  // (B % R != 0, replica out of range, B or prefetch < 1).
+  // (B % R != 0 without shards, B % S != 0 or R > S with them, replica out of range, B or
+  // prefetch < 1).
   ShardedLoader(std::shared_ptr<const Examples> examples, LoaderOptions options);
   // Stops the background thread; waits at most for the batch it is preparing.
   ~ShardedLoader();
