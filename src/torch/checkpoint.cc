@@ -128,6 +128,7 @@ void save_checkpoint(const std::filesystem::path& path, ::torch::nn::Module& mod
   archive.write("step", scalar(position.step));
   archive.write("epoch", scalar(position.epoch));
   archive.write("batch", scalar(position.batch));
+  archive.write("conditions", c10::IValue(position.conditions));
   {
     auto generator = at::detail::getDefaultCPUGenerator();
     const std::lock_guard<std::mutex> lock(generator.mutex());

@@ -405,6 +405,9 @@ TrainingPosition load_checkpoint_bytes(std::string_view bytes, const std::string
     position.step = read_scalar(archive, "step");
     position.epoch = read_scalar(archive, "epoch");
     position.batch = read_scalar(archive, "batch");
+    if (c10::IValue conditions; archive.try_read("conditions", conditions)) {
+      if (conditions.isString()) position.conditions = conditions.toStringRef();
+    }
     ::torch::Tensor rng;
     archive.read("rng", rng);
     auto generator = at::detail::getDefaultCPUGenerator();

@@ -9,9 +9,14 @@
 // functions), in both float widths, before the others start.
 #include "replicator/torch/cpu_kernels.h"
 
+#include <ATen/Parallel.h>
+#include <ATen/Version.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
+#include <cstdlib>
 #include <mutex>
+#include <string>
 
 namespace replicator::torch {
 
@@ -45,6 +50,21 @@ void prepare_cpu_kernels() {
   // Python module), the others wait for it and return.
   static std::once_flag once;
   std::call_once(once, first_calls);
+}
+
+std::string kernel_conditions() {
+  std::string text = "intra-op threads ";
+  text += std::to_string(at::get_num_threads());
+  text += ", LibTorch ";
+  text += std::to_string(TORCH_VERSION_MAJOR) + '.' + std::to_string(TORCH_VERSION_MINOR) + '.' +
+          std::to_string(TORCH_VERSION_PATCH);
+  text += ", CPU kernels ";
+  text += at::get_cpu_capability();
+  if (const char* mkl = std::getenv("MKL_CBWR"); mkl != nullptr && *mkl != '\0') {
+    text += ", MKL_CBWR=";
+    text += mkl;
+  }
+  return text;
 }
 
 }  // namespace replicator::torch

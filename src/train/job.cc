@@ -44,12 +44,28 @@ std::int64_t Job::split_batch(std::int64_t batch, const std::string& what) const
   return batch / R;
 }
 
+void Job::state_conditions(const std::string& terms) {
+  conditions_ = terms;
+  conditions_ += "; ";
+  conditions_ += rt::kernel_conditions();
+}
+
 JobReplica::JobReplica(Job& job, ReplicaContext& ctx, ::torch::nn::Module& model,
                        rt::Optimizers optimizers)
     : job_(job), ctx_(ctx), model_(model), optimizers_(std::move(optimizers)) {
   const JobOptions& o = job_.options();
   if (!o.out.empty()) folder_.emplace(o.out, o.keep_checkpoints);
   position_ = resume_job(ctx_, o.resume, folder_ ? &*folder_ : nullptr, model_, optimizers_);
+  const std::string& wanted = job_.conditions();
+  if (!wanted.empty() && !position_.conditions.empty() && position_.conditions != wanted) {
+    const std::string from = (o.resume.empty() ? o.out : o.resume).string();
+    throw DataError("the checkpoint at step " + std::to_string(position_.step) + " (" + from +
+                        ") was written under \"" + position_.conditions +
+                        "\", and this run is under \"" + wanted +
+                        "\": its steps would not continue the same bits. Resume under the "
+                        "checkpoint's conditions, or start afresh with another --out",
+                    from);
+  }
 }
 
 void JobReplica::describe(JobResult& result) const {
@@ -72,7 +88,10 @@ JobReporter* JobReplica::report_until(std::int64_t last_step) {
 }
 
 void JobReplica::checkpoint(const rt::TrainingPosition& at) {
-  if (writes_checkpoints() && folder_) folder_->save(model_, optimizers_, at);
+  if (!writes_checkpoints() || !folder_) return;
+  rt::TrainingPosition stated = at;
+  stated.conditions = job_.conditions();
+  folder_->save(model_, optimizers_, stated);
 }
 
 std::string JobReplica::finish(std::int64_t step, const JobPicture& picture) {

@@ -22,6 +22,10 @@ struct TrainingPosition {
   std::int64_t step = 0;   // optimizer steps taken
   std::int64_t epoch = 0;  // epoch of the next batch
   std::int64_t batch = 0;  // index of the next global batch within that epoch
+  // What the run's bits depend on besides the checkpoint and its data, as the job states it
+  // (e.g. its logical shards and kernel_conditions(), replicator/torch/cpu_kernels.h); empty
+  // when it states none, and in checkpoints written before it was kept.
+  std::string conditions;
 };
 
 // The optimizers of a checkpoint, in a fixed order (saved as "optimizer", "optimizer1", ...).

@@ -11,6 +11,8 @@
 // example); the train jobs do.
 #pragma once
 
+#include <string>
+
 namespace replicator::torch {
 
 // Makes the first call of every MKL routine LibTorch's CPU kernels reach (matrix products,
@@ -20,5 +22,13 @@ namespace replicator::torch {
 // does nothing visible with a LibTorch built without MKL. Throws what LibTorch throws
 // (nothing is expected; after a throw the next call tries again).
 void prepare_cpu_kernels();
+
+// What the bits of this process's CPU computations depend on besides their inputs and
+// shapes, as far as LibTorch tells: its intra-op threads, its version, the CPU code branch
+// its kernels dispatch to (ATEN_CPU_CAPABILITY can lower it) and MKL's branch where
+// MKL_CBWR sets one; e.g. "intra-op threads 1, LibTorch 2.15.0, CPU kernels AVX2". Two
+// processes that print the same text run the same kernels the same way. Never blocks;
+// throws nothing expected.
+std::string kernel_conditions();
 
 }  // namespace replicator::torch

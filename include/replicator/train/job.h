@@ -92,6 +92,15 @@ class Job {
   // replicas do not divide it.
   std::int64_t split_batch(std::int64_t batch, const std::string& what = "global batch") const;
 
+  // States what the job's bits depend on beyond its checkpoint and its data, in the job's
+  // own terms (e.g. "8 shards of a batch of 64"), to which this process's
+  // kernel_conditions() are added (replicator/torch/cpu_kernels.h): every JobReplica writes
+  // the text into its checkpoints and refuses to resume from a checkpoint that states
+  // other conditions. Call before run(). Never blocks or throws.
+  void state_conditions(const std::string& terms);
+  // What state_conditions() made of its terms; empty before (nothing is checked then).
+  const std::string& conditions() const { return conditions_; }
+
   // The model of replica `ctx`: make() called under a lock with LibTorch's default generator
   // seeded from options().seed (the generator is shared by the replica threads), so that
   // every replica builds the same one; then replica 0's parameters and buffers broadcast
@@ -123,6 +132,7 @@ class Job {
   JobOptions options_;
   Replicator replicator_;
   std::mutex init_mutex_;
+  std::string conditions_;
 };
 
 // The picture a job draws at its end from its metrics.jsonl (which holds the steps before a
@@ -140,7 +150,8 @@ class JobReplica {
   // checkpoint options().resume, else the newest in options().out that loads, else afresh;
   // then checks that every replica starts at the same step. A collective: every replica
   // calls it; BLOCKS on file I/O and until all have. Throws DataError (a checkpoint that does
-  // not load, replicas at different steps) and what all_reduce throws. `model` and the
+  // not load, replicas at different steps, a checkpoint whose stated conditions differ from
+  // the job's: Job::state_conditions) and what all_reduce throws. `model` and the
   // optimizers must outlive this object.
   JobReplica(Job& job, ReplicaContext& ctx, ::torch::nn::Module& model,
              replicator::torch::Optimizers optimizers);
