@@ -59,6 +59,7 @@ int run_train(const TrainFlags& f) {
     j["batch"] = o.batch;
     j["bucket_bytes"] = o.bucket_bytes;
     j["overlap"] = o.overlap;
+    j["shards"] = o.shards;
     j["steps"] = r.steps;
     j["seconds"] = r.seconds;
     j["images_per_s"] = r.images_per_s;
@@ -103,6 +104,10 @@ Command add_train_classifier(CLI::App& train, char** argv) {
   add_memory_format_flag(app, o.channels_last);
   app->add_flag("--no-overlap", flags->no_overlap,
                 "Reduce all gradient buckets after backward instead of from within it");
+  app->add_option("--shards", o.shards,
+                  "Logical shards of the global batch (0: none): the same parameters, bit for "
+                  "bit, for every replica count up to the shards (docs/shards.md)")
+      ->check(CLI::Range(0, 1 << 16));
   app->add_flag("--no-augment", flags->no_augment, "No random flips and shifts");
   app->add_flag("--no-eval", flags->no_eval, "Skip the test-set evaluation");
   return {app, [flags] { return run_train(*flags); }};

@@ -54,6 +54,96 @@ struct Evaluation {
   double loss = 0;
 };
 
+// One step's training loss on this replica: a sum of per-batch means and how many.
+struct StepLoss {
+  double sum = 0;
+  double count = 0;
+};
+
+// A data-parallel step: the gradients of the replica's examples, reduced over the replicas
+// by the replicated optimizer (from within backward), then its step.
+StepLoss plain_step(ResNet& model, rt::ReplicatedOptimizer& optimizer, const data::Batch& batch) {
+  optimizer.zero_grad();
+  const ::torch::Tensor loss =
+      ::torch::nn::functional::cross_entropy(model->forward(batch.images), batch.labels);
+  loss.backward();
+  optimizer.step();
+  return {.sum = loss.item<double>(), .count = 1};
+}
+
+// A step over this replica's logical shards (--shards): forward and backward per shard, with
+// batch norm over the shard, then the gradients and running statistics combined in the
+// tree over shard ids, then the optimizer's step.
+StepLoss sharded_step(ResNet& model, rt::ShardGradients& grads, ::torch::optim::Optimizer& sgd,
+                      const data::Batch& batch) {
+  sgd.zero_grad();
+  const ShardRange range = grads.range();
+  const std::int64_t rows = batch.images.size(0) / range.size();
+  StepLoss loss;
+  {
+    const rt::ShardLocalBatchNorm per_shard;
+    for (int s = range.first; s < range.last; ++s) {
+      grads.begin_shard(s);
+      const std::int64_t at = (s - range.first) * rows;
+      // Fresh allocations: the kernels see the same alignment wherever the shard lies in
+      // this replica's slice.
+      const ::torch::Tensor images = batch.images.narrow(0, at, rows).clone();
+      const ::torch::Tensor labels = batch.labels.narrow(0, at, rows).clone();
+      const ::torch::Tensor l =
+          ::torch::nn::functional::cross_entropy(model->forward(images), labels);
+      l.backward();
+      grads.add_shard(s);
+      loss.sum += l.item<double>();
+      loss.count += 1;
+    }
+  }
+  grads.synchronize();
+  sgd.step();
+  return loss;
+}
+
+// The training step of the job: without shards the replicated optimizer reduces the
+// gradients over the replicas; with them ShardGradients does, in the tree over shard ids.
+class Stepper {
+ public:
+  Stepper(ReplicaContext& ctx, ResNet& model, const std::shared_ptr<::torch::optim::SGD>& sgd,
+          const TrainOptions& o) {
+    if (o.shards == 0) {
+      optimizer_.emplace(ctx, sgd,
+                         rt::GradientOptions{.bucket_bytes = o.bucket_bytes, .overlap = o.overlap});
+    } else {
+      shards_.emplace(ctx, model->parameters(), o.shards,
+                      rt::ShardGradientsOptions{.buffers = model->buffers()});
+    }
+  }
+
+  StepLoss step(ResNet& model, ::torch::optim::Optimizer& sgd, const data::Batch& batch) {
+    return shards_ ? sharded_step(model, *shards_, sgd, batch)
+                   : plain_step(model, *optimizer_, batch);
+  }
+
+ private:
+  std::optional<rt::ReplicatedOptimizer> optimizer_;
+  std::optional<rt::ShardGradients> shards_;
+};
+
+// Checks the global batch against the replicas (and shards): each replica's rows.
+void check_batch(const train::Job& job, const TrainOptions& o) {
+  if (o.shards == 0) {
+    job.split_batch(o.batch);
+    return;
+  }
+  if (o.shards < 0 || o.batch % o.shards != 0) {
+    throw InvalidArgument("the global batch (" + std::to_string(o.batch) +
+                          ") must be a multiple of the shards (" + std::to_string(o.shards) + ")");
+  }
+  if (job.num_replicas() > o.shards) {
+    throw InvalidArgument(std::to_string(job.num_replicas()) + " replicas for " +
+                          std::to_string(o.shards) +
+                          " shards: each replica takes at least one shard");
+  }
+}
+
 // Each replica evaluates its shard of the test set (eval-mode batch norm: no collectives
 // per batch); one all_reduce sums [correct, count, loss].
 Evaluation evaluate(ReplicaContext& ctx, ResNet& model, data::ShardedLoader& loader) {
@@ -128,7 +218,11 @@ TrainResult train_classifier(const TrainOptions& o) {
 
   train::Job job(o);
   const int R = job.num_replicas();
-  job.split_batch(o.batch);
+  check_batch(job, o);
+  if (o.shards > 0) {
+    job.state_conditions(std::to_string(o.shards) + " shards of a batch of " +
+                         std::to_string(o.batch));
+  }
   return job.run([&](ReplicaContext& ctx) {
     ResNet model = job.build_model(ctx, [&] {
       ResNet m(ResNetOptions{.channels_last = o.channels_last});
@@ -140,11 +234,11 @@ TrainResult train_classifier(const TrainOptions& o) {
                                                          .momentum(o.momentum)
                                                          .nesterov(o.momentum > 0)
                                                          .weight_decay(o.weight_decay));
-    rt::ReplicatedOptimizer optimizer(ctx, sgd,
-                                      {.bucket_bytes = o.bucket_bytes, .overlap = o.overlap});
+    Stepper stepper(ctx, model, sgd, o);
     data::ShardedLoader loader(train_set, {.global_batch = o.batch,
                                            .replica = ctx.replica_id(),
                                            .num_replicas = R,
+                                           .shards = o.shards,
                                            .seed = o.seed,
                                            .augment = o.augment});
     const std::int64_t eval_batch = std::int64_t{(1000 + R - 1) / R} * R;
@@ -183,15 +277,11 @@ TrainResult train_classifier(const TrainOptions& o) {
         if (step - position.step == o.timed_after) timed_from = Clock::now();
         const double lr = learning_rate(o, step, total);
         set_learning_rate(*sgd, lr);
-        optimizer.zero_grad();
-        const ::torch::Tensor loss =
-            ::torch::nn::functional::cross_entropy(model->forward(batch->images), batch->labels);
-        loss.backward();
-        optimizer.step();
+        const StepLoss loss = stepper.step(model, *sgd, *batch);
         ++step;
         if (step - position.step > o.timed_after) ++timed_steps;
-        window[0] += loss.item<double>();
-        window[1] += 1;
+        window[0] += loss.sum;
+        window[1] += loss.count;
         replica.count_step();
         if (step % log_every == 0 || batch->index + 1 == per_epoch) {
           ctx.all_reduce(window);

@@ -40,6 +40,12 @@ struct TrainOptions : train::JobOptions {
   std::size_t bucket_bytes = std::size_t{25} << 20;
   bool overlap = true;   // reduce gradient buckets from within backward
   bool evaluate = true;  // test accuracy after each epoch
+  // Logical shards of the global batch (replicator/shards.h; 0: none): each replica runs
+  // forward and backward per shard of its range, batch norm over the shard, and the
+  // gradients and running statistics are combined in the tree over shard ids, so the
+  // parameters have the same bits for every replica count up to `shards`. The batch must be
+  // a multiple of the shards; the replicas need not divide them.
+  int shards = 0;
 };
 
 struct TrainResult : train::JobResult {
@@ -48,8 +54,8 @@ struct TrainResult : train::JobResult {
 };
 
 // Runs the job. BLOCKS until done. Throws DataError (data or checkpoint files),
-// InvalidArgument (a batch not divisible by the replica count, bad options) and what
-// collectives throw.
+// InvalidArgument (a batch not divisible by the replica count, or by the shards, more
+// replicas than shards, bad options) and what collectives throw.
 TrainResult train_classifier(const TrainOptions& options);
 
 }  // namespace replicator::apps

@@ -101,15 +101,7 @@ steps=$("$replicator" "${common[@]}" --replicas 1 --steps 6 --resume "$work/at3.
 [ "$steps" = 6 ] || fail "resume on 1 replica ended at step '$steps', expected 6"
 echo "resume on another replica count: ok"
 
-expect_error() {  # expect_error PATTERN args...
-  local pattern="$1"; shift
-  local out rc=0
-  out=$("$replicator" "$@" 2>&1) || rc=$?
-  [ "$rc" -ne 0 ] || fail "'$*' succeeded, expected an error matching '$pattern'"
-  echo "$out" | grep -q -- "$pattern" || fail "'$*' failed without '$pattern': $out"
-  echo "$out" | grep -q "^frame #" && fail "'$*' printed a backtrace: $out"
-  echo "error as expected: $(echo "$out" | head -1)"
-}
+source "$(dirname "$0")/expect_error.sh"
 mkdir "$work/data"
 expect_error "cannot open $work/data/.*-ubyte.gz" "${common[@]}" --steps 1 --data "$work/data"
 cp /usr/share/datasets/fashion-mnist/*.gz "$work/data/"
