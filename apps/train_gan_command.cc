@@ -72,6 +72,7 @@ int run_gan(const GanFlags& f) {
                               {"threads", o.threads},
                               {"global_batch", o.global_batch},
                               {"accumulate", o.accumulate},
+                              {"shards", o.shards},
                               {"width", o.model.width},
                               {"d_steps", o.d_steps},
                               {"steps", r.steps},
@@ -113,6 +114,10 @@ Command add_train_gan(CLI::App& train, char** argv) {
                   "do not fit at once; batch norm statistics are then per micro-batch)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));
+  app->add_option("--shards", o.shards,
+                  "Logical shards of the global batch (0: none): the same models, bit for bit, "
+                  "for every replica count up to the shards (docs/shards.md)")
+      ->check(CLI::Range(0, 1 << 16));
   app->add_option("--lr-g", o.lr_g, "Adam learning rate of G")->capture_default_str();
   app->add_option("--lr-d", o.lr_d, "Adam learning rate of D")->capture_default_str();
   app->add_option("--width", o.model.width, "Channels of the 28x28 blocks (7x7 ones have 4x)")

@@ -89,19 +89,80 @@ class RealBatches {
 // Sums over the steps since the last report (all-reduced to their mean over replicas).
 enum Sum { kDLoss, kGLoss, kDReal, kDFake, kSteps, kSums };
 
-// This replica's rows of the global batch: [first, first + count), in micro-batches of `micro`.
+// This replica's rows of the global batch: [first, first + count), in `parts` micro-batches
+// of `micro` rows: --accumulate of them, or with shards one per shard of `shards`.
 struct Rows {
   std::int64_t first = 0, count = 0, micro = 0;
+  int parts = 1;
+  ShardRange shards;  // empty without shards
+  double weight = 1;  // of a part's losses in the window (its mean over replicas)
   ::torch::Tensor of(const ::torch::Tensor& t, int k) const {
     return t.slice(0, k * micro, (k + 1) * micro);
   }
 };
 
-// The networks of one replica and their optimizers (gradients averaged over the replicas).
+// Every parameter the optimizer updates, group by group (Optimizer::parameters() is
+// deprecated in LibTorch 2.x and warns on every call).
+std::vector<::torch::Tensor> parameters_of(::torch::optim::Optimizer& optimizer) {
+  std::vector<::torch::Tensor> out;
+  for (auto& group : optimizer.param_groups()) {
+    out.insert(out.end(), group.params().begin(), group.params().end());
+  }
+  return out;
+}
+
+// The gradients of one network: reduced over the replicas by its replicated optimizer, or
+// with shards over the shard tree by ShardGradients, then the optimizer's step.
+class NetworkUpdate {
+ public:
+  // Without shards a replicated optimizer reduces over the replicas (with micro-batches every
+  // backward adds to the gradients: reduce once, after the last); with shards
+  // ShardGradients reduce over the shard tree, every buffer of the models (`buffers`) with
+  // them.
+  NetworkUpdate(ReplicaContext& ctx, const std::shared_ptr<::torch::optim::Optimizer>& optimizer,
+                const GanOptions& o, const std::vector<::torch::Tensor>& buffers)
+      : optimizer_(*optimizer) {
+    if (o.shards == 0) {
+      replicated_.emplace(ctx, optimizer, rt::GradientOptions{.overlap = o.accumulate == 1});
+    } else {
+      shards_.emplace(ctx, parameters_of(optimizer_), o.shards,
+                      rt::ShardGradientsOptions{.buffers = buffers});
+    }
+  }
+  void zero_grad() {
+    if (replicated_) {
+      replicated_->zero_grad();
+    } else {
+      optimizer_.zero_grad();
+    }
+  }
+  // Around the forward and backward of micro-batch k.
+  void begin(int k) {
+    if (shards_) shards_->begin_shard(shards_->range().first + k);
+  }
+  void end(int k) {
+    if (shards_) shards_->add_shard(shards_->range().first + k);
+  }
+  void step() {
+    if (replicated_) {
+      replicated_->step();
+      return;
+    }
+    shards_->synchronize();
+    optimizer_.step();
+  }
+
+ private:
+  ::torch::optim::Optimizer& optimizer_;
+  std::optional<rt::ReplicatedOptimizer> replicated_;
+  std::optional<rt::ShardGradients> shards_;
+};
+
+// The networks of one replica and their updates.
 struct GanReplica {
   GanModels& models;
-  rt::ReplicatedOptimizer& opt_g;
-  rt::ReplicatedOptimizer& opt_d;
+  NetworkUpdate& g;
+  NetworkUpdate& d;
 };
 
 // One step: `d_steps` discriminator steps on fresh real batches and fakes, then one generator
@@ -110,13 +171,16 @@ void gan_step(const GanOptions& o, GanReplica& r, RealBatches& real, const Rows&
               std::int64_t step, double* window) {
   Generator& G = r.models->generator;
   Discriminator& D = r.models->discriminator;
+  std::optional<rt::ShardLocalBatchNorm> per_shard;  // batch norm over one shard at a time
+  if (rows.shards.size() > 0) per_shard.emplace();
   for (int d = 0; d < o.d_steps; ++d) {
     const data::Batch batch = real.next();
     const ::torch::Tensor images = to_gan_range(batch.images);
     auto [z, y] = noise(o.model, o.seed, step, Role::kDiscriminator, d, o.global_batch, rows.first,
                         rows.count);
-    r.opt_d.zero_grad();
-    for (int k = 0; k < o.accumulate; ++k) {
+    r.d.zero_grad();
+    for (int k = 0; k < rows.parts; ++k) {
+      r.d.begin(k);
       ::torch::Tensor fake;
       {
         const ::torch::NoGradGuard no_grad;
@@ -126,24 +190,27 @@ void gan_step(const GanOptions& o, GanReplica& r, RealBatches& real, const Rows&
       const ::torch::Tensor fake_scores = D(fake, rows.of(y, k));
       auto [loss_real, loss_fake] = hinge_d_loss(real_scores, fake_scores);
       ((loss_real + loss_fake) / o.accumulate).backward();
+      r.d.end(k);
       if (d == o.d_steps - 1) {
-        window[kDLoss] += (loss_real + loss_fake).item<double>() / o.accumulate;
-        window[kDReal] += real_scores.mean().item<double>() / o.accumulate;
-        window[kDFake] += fake_scores.mean().item<double>() / o.accumulate;
+        window[kDLoss] += (loss_real + loss_fake).item<double>() * rows.weight;
+        window[kDReal] += real_scores.mean().item<double>() * rows.weight;
+        window[kDFake] += fake_scores.mean().item<double>() * rows.weight;
       }
     }
-    r.opt_d.step();
+    r.d.step();
   }
   auto [z, y] =
       noise(o.model, o.seed, step, Role::kGenerator, 0, o.global_batch, rows.first, rows.count);
   set_requires_grad(*D, false);
-  r.opt_g.zero_grad();
-  for (int k = 0; k < o.accumulate; ++k) {
+  r.g.zero_grad();
+  for (int k = 0; k < rows.parts; ++k) {
+    r.g.begin(k);
     const ::torch::Tensor loss = hinge_g_loss(D(G(rows.of(z, k), rows.of(y, k)), rows.of(y, k)));
     (loss / o.accumulate).backward();
-    window[kGLoss] += loss.item<double>() / o.accumulate;
+    r.g.end(k);
+    window[kGLoss] += loss.item<double>() * rows.weight;
   }
-  r.opt_g.step();
+  r.g.step();
   set_requires_grad(*D, true);
 }
 
@@ -153,8 +220,23 @@ void gan_step(const GanOptions& o, GanReplica& r, RealBatches& real, const Rows&
 void samples(const GanOptions& o, GanModels& models, const Rows& rows, std::int64_t step,
              train::JobReporter* reporter) {
   Generator& E = models->ema;
-  standing_statistics_for_sampling(E, o.standing_batches, o.global_batch, rows.first, rows.count,
-                                   o.seed ^ static_cast<std::uint64_t>(step));
+  const std::uint64_t seed = o.seed ^ static_cast<std::uint64_t>(step);
+  if (rows.shards.size() == 0) {
+    standing_statistics_for_sampling(E, o.standing_batches, o.global_batch, rows.first, rows.count,
+                                     seed);
+  } else {
+    // Each shard's standing statistics from the same start, averaged over the shard tree.
+    rt::ShardGradients standing(*ReplicaContext::current(), {}, o.shards,
+                                {.buffers = E->buffers()});
+    const rt::ShardLocalBatchNorm per_shard;
+    for (int k = 0; k < rows.parts; ++k) {
+      standing.begin_shard(rows.shards.first + k);
+      standing_statistics_for_sampling(E, o.standing_batches, o.global_batch,
+                                       rows.first + k * rows.micro, rows.micro, seed);
+      standing.add_shard(rows.shards.first + k);
+    }
+    standing.synchronize();
+  }
   if (reporter) {
     const ::torch::NoGradGuard no_grad;
     constexpr std::int64_t kCols = 10;
@@ -209,6 +291,49 @@ void report_train(train::JobReporter& reporter, std::int64_t step, std::int64_t 
                    {"elapsed_s", elapsed}});
 }
 
+// The global batch against the replicas, --accumulate and the shards.
+void check_gan_batch(const GanOptions& o, int replicas) {
+  if (o.shards == 0) {
+    if (o.global_batch % (replicas * o.accumulate) != 0) {
+      throw InvalidArgument("the global batch (" + std::to_string(o.global_batch) +
+                            ") must be a multiple of replicas x --accumulate (" +
+                            std::to_string(replicas) + " x " + std::to_string(o.accumulate) + ")");
+    }
+    return;
+  }
+  if (o.accumulate != 1) {
+    throw InvalidArgument("--shards takes the place of --accumulate: each shard is a micro-batch");
+  }
+  if (o.shards < 0 || o.global_batch % o.shards != 0) {
+    throw InvalidArgument("the global batch (" + std::to_string(o.global_batch) +
+                          ") must be a multiple of the shards (" + std::to_string(o.shards) + ")");
+  }
+  if (replicas > o.shards) {
+    throw InvalidArgument(std::to_string(replicas) + " replicas for " + std::to_string(o.shards) +
+                          " shards: each replica takes at least one shard");
+  }
+}
+
+// Replica `replica`'s rows of the global batch and its micro-batches.
+Rows rows_of(const GanOptions& o, int replicas, int replica) {
+  if (o.shards == 0) {
+    const std::int64_t rows = o.global_batch / replicas;
+    return {.first = replica * rows,
+            .count = rows,
+            .micro = rows / o.accumulate,
+            .parts = o.accumulate,
+            .weight = 1.0 / o.accumulate};
+  }
+  const ShardRange range = shard_range(o.shards, replicas, replica);
+  const std::int64_t micro = o.global_batch / o.shards;
+  return {.first = range.first * micro,
+          .count = range.size() * micro,
+          .micro = micro,
+          .parts = range.size(),
+          .shards = range,
+          .weight = static_cast<double>(replicas) / o.shards};
+}
+
 }  // namespace
 
 GanResult train_gan(const GanOptions& o) {
@@ -225,14 +350,13 @@ GanResult train_gan(const GanOptions& o) {
 
   train::Job job(o);
   const int R = job.num_replicas();
-  if (o.global_batch % (R * o.accumulate) != 0) {
-    throw InvalidArgument("the global batch (" + std::to_string(o.global_batch) +
-                          ") must be a multiple of replicas x --accumulate (" + std::to_string(R) +
-                          " x " + std::to_string(o.accumulate) + ")");
+  check_gan_batch(o, R);
+  if (o.shards > 0) {
+    job.state_conditions(std::to_string(o.shards) + " shards of a batch of " +
+                         std::to_string(o.global_batch));
   }
   return job.run([&](ReplicaContext& ctx) {
-    const std::int64_t rows = o.global_batch / R;
-    const Rows mine{.first = ctx.replica_id() * rows, .count = rows, .micro = rows / o.accumulate};
+    const Rows mine = rows_of(o, R, ctx.replica_id());
     GanModels models = job.build_model(ctx, [&] {
       GanModels m(o.model);
       orthogonal_init(*m->generator);
@@ -246,11 +370,9 @@ GanResult train_gan(const GanOptions& o) {
     };
     auto adam_g = adam(*models->generator, o.lr_g);
     auto adam_d = adam(*models->discriminator, o.lr_d);
-    // With micro-batches every backward adds to the gradients: reduce once, after the last.
-    const rt::GradientOptions reduce{.overlap = o.accumulate == 1};
-    rt::ReplicatedOptimizer opt_g(ctx, adam_g, reduce);
-    rt::ReplicatedOptimizer opt_d(ctx, adam_d, reduce);
-    GanReplica networks{models, opt_g, opt_d};
+    NetworkUpdate update_g(ctx, adam_g, o, models->buffers());
+    NetworkUpdate update_d(ctx, adam_d, o, models->buffers());
+    GanReplica networks{models, update_g, update_d};
     // A copy of G here; a checkpoint then loads the EMA it saved (in place: ModuleEma's
     // handles stay valid).
     rt::ModuleEma ema(*models->generator, *models->ema,
@@ -263,6 +385,7 @@ GanResult train_gan(const GanOptions& o) {
     RealBatches real(data::ShardedLoader(train_set, {.global_batch = o.global_batch,
                                                      .replica = ctx.replica_id(),
                                                      .num_replicas = R,
+                                                     .shards = o.shards,
                                                      .seed = o.seed}),
                      position);
     const std::int64_t last = std::max(position.step, o.steps);

@@ -49,6 +49,11 @@ struct GanOptions : train::JobOptions {
   std::int64_t steps = 2000;  // generator steps in total
   int d_steps = 1;            // discriminator steps per generator step
   int accumulate = 1;         // micro-batches per step and replica (gradient accumulation)
+  // Logical shards of the global batch (replicator/shards.h; 0: none): each replica runs
+  // G and D per shard of its range, batch norm over the shard, and both networks'
+  // gradients and buffers are combined in the tree over shard ids, so the models have the
+  // same bits for every replica count up to `shards`. Takes the place of --accumulate.
+  int shards = 0;
   double lr_g = 1e-4;
   double lr_d = 4e-4;
   double ema_decay = 0.999;
@@ -72,7 +77,8 @@ struct GanResult : train::JobResult {
 };
 
 // Runs the job. BLOCKS for the whole run. Throws InvalidArgument for bad options (a global
-// batch not divisible by replicas × accumulate, ...), DataError for unreadable data or
+// batch not divisible by replicas × accumulate or by the shards, more replicas than shards,
+// shards with accumulate, ...), DataError for unreadable data or
 // checkpoints, and what collectives throw.
 GanResult train_gan(const GanOptions& options);
 
