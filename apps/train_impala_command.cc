@@ -59,6 +59,7 @@ int run_impala(const ImpalaFlags& f) {
                               {"envs_per_actor", o.envs_per_actor},
                               {"unroll", o.unroll},
                               {"batch", o.batch},
+                              {"shards", o.shards},
                               {"steps", r.steps},
                               {"frames", r.frames},
                               {"frames_played", r.played},
@@ -120,6 +121,11 @@ Command add_train_impala(CLI::App& train, char** argv) {
   app->add_option("--batch", o.batch, "Unrolls per learner step, over all replicas")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  app->add_option("--shards", o.shards,
+                  "Logical shards of each batch (0: none): an update from the same unrolls has "
+                  "the same bits for every learner replica count up to the shards "
+                  "(docs/shards.md)")
+      ->check(CLI::Range(0, 1 << 16));
   app->add_option("--hidden", o.hidden, "Width of the policy network")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));

@@ -67,7 +67,13 @@ Learner::Learner(ReplicaContext& ctx, PolicyNet model, const LearnerOptions& opt
                                     .alpha(options.rmsprop_alpha)
                                     .eps(options.rmsprop_eps)
                                     .momentum(options.rmsprop_momentum))),
-      replicated_(ctx, optimizer_, {.overlap = false, .op = ReduceOp::kSum}) {}
+      replicated_(ctx, optimizer_, {.overlap = false, .op = ReduceOp::kSum}) {
+  if (options.shards > 0) {
+    shards_.emplace(
+        ctx, model_->parameters(), options.shards,
+        torch::ShardGradientsOptions{.op = ReduceOp::kSum, .buffers = model_->buffers()});
+  }
+}
 
 void Learner::set_learning_rate(double learning_rate) {
   if (!(learning_rate >= 0)) {
@@ -79,28 +85,64 @@ void Learner::set_learning_rate(double learning_rate) {
   }
 }
 
-LearnerStats Learner::update(std::span<const Unroll> share) {
-  const UnrollBatch batch = stack_unrolls(share, options_);
+namespace {
+
+ImpalaLoss loss_of(PolicyNet& model, std::span<const Unroll> unrolls,
+                   const LearnerOptions& options) {
+  const UnrollBatch batch = stack_unrolls(unrolls, options);
   const std::int64_t T = batch.actions.size(0);
   const std::int64_t B = batch.actions.size(1);
-  replicated_.zero_grad();
-  const PolicyOutput out = model_->forward(batch.observations.reshape({(T + 1) * B, -1}));
+  const PolicyOutput out = model->forward(batch.observations.reshape({(T + 1) * B, -1}));
   const ::torch::Tensor logits = out.logits.reshape({T + 1, B, -1});
   const ::torch::Tensor values = out.value.reshape({T + 1, B});
-  const ImpalaLoss loss = impala_loss({.behaviour_logits = batch.behaviour_logits,
-                                       .target_logits = logits.slice(0, 0, T),
-                                       .actions = batch.actions,
-                                       .discounts = batch.discounts,
-                                       .rewards = batch.rewards,
-                                       .values = values.slice(0, 0, T),
-                                       .bootstrap_value = values[T].detach()},
-                                      options_.loss);
-  loss.total.backward();
-  replicated_.reducer().synchronize();
-  LearnerStats stats{.loss = loss.total.item<double>(),
-                     .policy_gradient = loss.policy_gradient.item<double>(),
-                     .baseline = loss.baseline.item<double>(),
-                     .entropy = loss.entropy.item<double>()};
+  return impala_loss({.behaviour_logits = batch.behaviour_logits,
+                      .target_logits = logits.slice(0, 0, T),
+                      .actions = batch.actions,
+                      .discounts = batch.discounts,
+                      .rewards = batch.rewards,
+                      .values = values.slice(0, 0, T),
+                      .bootstrap_value = values[T].detach()},
+                     options.loss);
+}
+
+void add_loss(LearnerStats& stats, const ImpalaLoss& loss) {
+  stats.loss += loss.total.item<double>();
+  stats.policy_gradient += loss.policy_gradient.item<double>();
+  stats.baseline += loss.baseline.item<double>();
+  stats.entropy += loss.entropy.item<double>();
+}
+
+}  // namespace
+
+LearnerStats Learner::update(std::span<const Unroll> share) {
+  replicated_.zero_grad();
+  LearnerStats stats;
+  if (!shards_) {
+    const ImpalaLoss loss = loss_of(model_, share, options_);
+    loss.total.backward();
+    replicated_.reducer().synchronize();
+    add_loss(stats, loss);
+  } else {
+    // Per shard of this replica's range, summed over the shard tree.
+    const ShardRange range = shards_->range();
+    const auto shards = static_cast<std::size_t>(range.size());
+    if (share.empty() || share.size() % shards != 0) {
+      throw InvalidArgument("Learner::update: " + std::to_string(share.size()) +
+                            " unrolls for the " + std::to_string(shards) +
+                            " shards of this replica; each shard takes as many");
+    }
+    const std::size_t per_shard = share.size() / shards;
+    for (int s = range.first; s < range.last; ++s) {
+      shards_->begin_shard(s);
+      const ImpalaLoss loss = loss_of(
+          model_, share.subspan(static_cast<std::size_t>(s - range.first) * per_shard, per_shard),
+          options_);
+      loss.total.backward();
+      shards_->add_shard(s);
+      add_loss(stats, loss);
+    }
+    shards_->synchronize();
+  }
   const double inf = std::numeric_limits<double>::infinity();
   stats.grad_norm = ::torch::nn::utils::clip_grad_norm_(
       model_->parameters(), options_.max_grad_norm > 0 ? options_.max_grad_norm : inf);

@@ -97,6 +97,23 @@ int usable_cores() {
 using rl::listen_address;
 #endif
 
+// Unrolls per learner update and replica: the batch split over the replicas, or with shards
+// the most any replica takes (its shard range's share; the job states the shards as its
+// conditions). Throws InvalidArgument where they do not split.
+int unrolls_per_replica(Job& job, const ImpalaOptions& o) {
+  if (o.shards == 0) return static_cast<int>(job.split_batch(o.batch, "batch of unrolls"));
+  const int R = job.num_replicas();
+  if (o.shards < R || o.batch % o.shards != 0) {
+    throw InvalidArgument("--shards " + std::to_string(o.shards) + " for a batch of " +
+                          std::to_string(o.batch) + " unrolls on " + std::to_string(R) +
+                          " learner replicas: the batch must be a multiple of the shards, and "
+                          "each replica takes at least one shard");
+  }
+  job.state_conditions(std::to_string(o.shards) + " shards of a batch of " +
+                       std::to_string(o.batch) + " unrolls");
+  return (o.shards + R - 1) / R * (o.batch / o.shards);
+}
+
 }  // namespace
 
 ImpalaResult train_impala(const ImpalaOptions& o) {
@@ -113,7 +130,7 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
   Job job(o);
   const int L = job.num_local_replicas();
   const int P = job.num_processes();
-  const int per_replica = static_cast<int>(job.split_batch(o.batch, "batch of unrolls"));
+  const int per_replica = unrolls_per_replica(job, o);
   const int rank =
       job.replicator().run([](ReplicaContext& ctx) { return ctx.replica_id(); })[0] / L;
   // No actor threads: the learner's own thread plays until a batch is there, then learns
@@ -178,7 +195,8 @@ ImpalaResult train_impala(const ImpalaOptions& o) {
                   .max_grad_norm = o.max_grad_norm,
                   .discount = o.discount,
                   .reward_clip = o.reward_clip,
-                  .loss = {.baseline_cost = o.baseline_cost, .entropy_cost = o.entropy_cost}},
+                  .loss = {.baseline_cost = o.baseline_cost, .entropy_cost = o.entropy_cost},
+                  .shards = o.shards},
       .store = store,
       .queue = queue,
       .log = log,
@@ -345,6 +363,9 @@ ImpalaResult learn(Job& job, ReplicaContext& ctx, const LearnerShared& s) {
   rl::PolicyNet model = job.build_model(
       ctx, [&] { return rl::PolicyNet(s.observation_shape, s.num_actions, o.hidden); });
   rl::Learner learner(ctx, model, s.learner);
+  // Unrolls per update: the replica's share, or with shards those of its shard range.
+  const int mine =
+      o.shards > 0 ? learner.shard_range().size() * (o.batch / o.shards) : s.per_replica;
   JobReplica replica(job, ctx, *model, {&learner.optimizer()});
   ImpalaResult result;
   replica.describe(result);
@@ -366,8 +387,8 @@ ImpalaResult learn(Job& job, ReplicaContext& ctx, const LearnerShared& s) {
   double window[kWindow] = {};
   bool stopped = false;
   while (step < s.total_steps && !stopped) {
-    while (s.inline_actor && s.queue.stats().size < s.per_replica) s.inline_actor->step();
-    std::vector<rl::Unroll> share = s.queue.sample_batch(s.per_replica, o.config.timeout);
+    while (s.inline_actor && s.queue.stats().size < mine) s.inline_actor->step();
+    std::vector<rl::Unroll> share = s.queue.sample_batch(mine, o.config.timeout);
     if (o.anneal) {
       learner.set_learning_rate(o.learning_rate * static_cast<double>(s.total_steps - step) /
                                 static_cast<double>(s.total_steps));

@@ -26,7 +26,7 @@ struct LearnerShared {
   const ImpalaOptions& options;
   std::vector<int> observation_shape;
   int num_actions = 0;
-  int per_replica = 0;  // unrolls per learner step and replica
+  int per_replica = 0;  // unrolls per learner step and replica (with shards, the most)
   std::int64_t total_steps = 0;
   std::int64_t frames_per_step = 0;
   int actors = 0;            // over all processes

@@ -170,8 +170,9 @@ std::vector<Unroll> synthetic_unrolls(int B, int T, std::uint32_t seed) {
   return out;
 }
 
-// Parameters after `updates` learner updates with R local replicas, each on its share.
-std::vector<float> learn(int R, const std::vector<std::vector<Unroll>>& batches) {
+// Parameters after one learner update per batch with R local replicas: each on its share of
+// the batch, or with `shards` logical shards on the unrolls of its shard range.
+std::vector<float> learn(int R, const std::vector<std::vector<Unroll>>& batches, int shards = 0) {
   Config config;
   config.local_replicas = R;
   Replicator repl(config);
@@ -183,11 +184,15 @@ std::vector<float> learn(int R, const std::vector<std::vector<Unroll>>& batches)
       ::torch::manual_seed(11);
       model = PolicyNet(std::vector<int>{4}, 2, 16);
     }
-    Learner learner(ctx, model, {.learning_rate = 1e-3});
+    Learner learner(ctx, model, {.learning_rate = 1e-3, .shards = shards});
+    // Without shards every replica is one shard of R.
+    const int parts = shards == 0 ? R : shards;
+    const ShardRange range =
+        shards == 0 ? ShardRange{ctx.replica_id(), ctx.replica_id() + 1} : learner.shard_range();
     for (const std::vector<Unroll>& batch : batches) {
-      const std::size_t share = batch.size() / static_cast<std::size_t>(R);
-      learner.update(
-          std::span(batch).subspan(static_cast<std::size_t>(ctx.replica_id()) * share, share));
+      const std::size_t per_part = batch.size() / static_cast<std::size_t>(parts);
+      learner.update(std::span(batch).subspan(static_cast<std::size_t>(range.first) * per_part,
+                                              static_cast<std::size_t>(range.size()) * per_part));
     }
     return flatten_parameters(*learner.model());
   });
@@ -215,6 +220,34 @@ TEST(LearnerTest, TwoReplicasOnSharesEqualOneOnTheWholeBatch) {
   ::torch::manual_seed(11);
   PolicyNet initial(std::vector<int>{4}, 2, 16);
   EXPECT_NE(flatten_parameters(*initial), one);
+}
+
+TEST(LearnerTest, OnShardsEveryReplicaCountGivesTheSameBits) {
+  // 5 updates on fixed unrolls, 4 shards of 2 unrolls each.
+  std::vector<std::vector<Unroll>> batches;
+  for (std::uint32_t k = 0; k < 5; ++k) batches.push_back(synthetic_unrolls(8, 5, 300 + k));
+  const std::vector<float> one = learn(1, batches, 4);
+  for (int R : {2, 3, 4}) EXPECT_EQ(learn(R, batches, 4), one) << R << " replicas";
+  // The sum over shards is the whole batch's gradient up to rounding.
+  const std::vector<float> plain = learn(1, batches);
+  ASSERT_EQ(plain.size(), one.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    const double scale = std::max(1e-3, static_cast<double>(std::abs(one[i])));
+    worst = std::max(worst, std::abs(static_cast<double>(plain[i]) - one[i]) / scale);
+  }
+  EXPECT_LT(worst, 1e-4);
+}
+
+TEST(LearnerTest, OnShardsAShareThatDoesNotSplitIsRefused) {
+  Config config;
+  config.local_replicas = 1;
+  Replicator repl(config);
+  repl.run([&](ReplicaContext& ctx) {
+    Learner learner(ctx, PolicyNet(std::vector<int>{4}, 2, 16), {.shards = 2});
+    const std::vector<Unroll> three = synthetic_unrolls(3, 5, 7);
+    EXPECT_THROW(learner.update(three), InvalidArgument);
+  });
 }
 
 TEST(LearnerTest, StackUnrollsIsTimeMajorAndRefusesMismatches) {

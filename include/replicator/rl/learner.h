@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "replicator/rl/unroll.h"
 #include "replicator/rl/vtrace.h"
 #include "replicator/torch/gradient_reducer.h"
+#include "replicator/torch/shard_gradients.h"
 
 namespace replicator::rl {
 
@@ -35,6 +37,7 @@ struct LearnerOptions {
   double discount = 0.99;     // γ
   double reward_clip = 0;     // > 0: rewards clipped to [-reward_clip, reward_clip]
   ImpalaLossOptions loss;
+  int shards = 0;  // logical shards of each batch (0: none); at least the replica count
 };
 
 // A batch of unrolls as time-major tensors.
@@ -65,9 +68,14 @@ class Learner {
   Learner(ReplicaContext& ctx, PolicyNet model, const LearnerOptions& options);
 
   // One update from this replica's `share` of the batch (every replica calls it, with
-  // shares of the same size). BLOCKS in the gradient all-reduce; throws what collectives
-  // throw, and InvalidArgument as stack_unrolls.
+  // shares of the same size; with shards, the unrolls of the shards of shard_range(), the
+  // same number per shard on every replica). BLOCKS in the gradient all-reduce; throws what
+  // collectives throw, and InvalidArgument as stack_unrolls and for a share that does not
+  // split into the replica's shards.
   LearnerStats update(std::span<const Unroll> share);
+
+  // This replica's shards (with options' shards; the empty range without).
+  ShardRange shard_range() const { return shards_ ? shards_->range() : ShardRange{}; }
 
   // The learning rate of the next updates (IMPALA anneals it linearly to 0). Never blocks;
   // throws InvalidArgument for a negative rate.
@@ -82,6 +90,7 @@ class Learner {
   LearnerOptions options_;
   std::shared_ptr<::torch::optim::RMSprop> optimizer_;
   torch::ReplicatedOptimizer replicated_;
+  std::optional<torch::ShardGradients> shards_;
   std::int64_t updates_ = 0;
 };
 

@@ -34,9 +34,13 @@ struct ImpalaOptions : JobOptions {
   // process's learner replicas leave (hardware_concurrency − local replicas, at least 1), so
   // that actors and learners do not take turns on a core.
   int actors = -1;
-  int envs_per_actor = 16;          // M, environments each actor steps together
-  int unroll = 20;                  // T
-  int batch = 32;                   // unrolls per learner step, over all replicas
+  int envs_per_actor = 16;  // M, environments each actor steps together
+  int unroll = 20;          // T
+  int batch = 32;           // unrolls per learner step, over all replicas
+  // Logical shards of each batch of unrolls (replicator/shards.h; 0: none): the learner's
+  // loss and gradients per shard, summed in the tree over shard ids, so an update from the
+  // same unrolls has the same bits for every learner replica count up to `shards`.
+  int shards = 0;
   std::int64_t frames = 2'000'000;  // frames learned from (learner steps x batch x unroll)
   int hidden = 64;                  // the policy network's width
   double learning_rate = 2e-3;
