@@ -7,7 +7,9 @@
 //   (bench/ddp_train.py, bench/ddp_gan.py: the same networks with per-process batch norm,
 //   as DDP on CPU has no synchronized batch norm), same batch and memory setting. Our jobs
 //   lay their networks out channels last (--memory-format); the peer runs twice, with
-//   PyTorch's default layout (ddp-gloo-2x1) and channels last (ddp-gloo-2x1-cl).
+//   PyTorch's default layout (ddp-gloo-2x1) and channels last (ddp-gloo-2x1-cl). The
+//   classifier also runs on logical shards (local-2x1-shards: --shards, docs/shards.md),
+//   beside the plain local-2x1.
 // Each configuration runs --repeats times, interleaved (repeat r of every configuration,
 // then repeat r+1), with and without the memory setting; rows give the median and range
 // of images/s over the timed steps, and the ratios the targets are about, from medians
@@ -60,6 +62,7 @@ struct BenchTrainFlags {
   int batch = 256;
   int width = 32;                               // gan
   int d_steps = 1;                              // gan
+  int shards = 8;                               // train: local-2x1-shards
   std::string memory_format = "channels-last";  // ours
   std::string memory = "both";
   std::vector<std::string> configs;
@@ -75,18 +78,21 @@ struct Configuration {
   int replicas = 1;            // in all
   int threads = 1;             // intra-op threads per process
   bool channels_last = false;  // ddp-gloo: the peer's networks laid out channels last
+  bool sharded = false;        // ours, on --shards logical shards (the classifier only)
 };
 
 // The peer runs with PyTorch's default layout, as a user would, and with its networks
 // channels last, as ours: the same layout on both sides.
 const std::vector<Configuration>& all_configurations() {
-  static const std::vector<Configuration> kAll = {{"local-1x1", "local", 1, 1, 1},
-                                                  {"local-1x2t", "local", 1, 1, 2},
-                                                  {"local-2x1", "local", 1, 2, 1},
-                                                  {"mpi-2x1", "mpi", 2, 2, 1},
-                                                  {"gloo-2x1", "gloo", 2, 2, 1},
-                                                  {"ddp-gloo-2x1", "ddp-gloo", 2, 2, 1},
-                                                  {"ddp-gloo-2x1-cl", "ddp-gloo", 2, 2, 1, true}};
+  static const std::vector<Configuration> kAll = {
+      {"local-1x1", "local", 1, 1, 1},
+      {"local-1x2t", "local", 1, 1, 2},
+      {"local-2x1", "local", 1, 2, 1},
+      {"mpi-2x1", "mpi", 2, 2, 1},
+      {"gloo-2x1", "gloo", 2, 2, 1},
+      {"ddp-gloo-2x1", "ddp-gloo", 2, 2, 1},
+      {"ddp-gloo-2x1-cl", "ddp-gloo", 2, 2, 1, true},
+      {"local-2x1-shards", "local", 1, 2, 1, false, true}};
   return kAll;
 }
 
@@ -107,7 +113,8 @@ std::string command_for(const BenchTrainFlags& f, const Configuration& c, Memory
                           std::to_string(f.batch) + model + ours +
                           " --no-progress --json --steps " + std::to_string(f.steps + f.warmup) +
                           " --timed-after " + std::to_string(f.warmup) + " --threads " +
-                          std::to_string(c.threads) + " --memory " + mode;
+                          std::to_string(c.threads) + " --memory " + mode +
+                          (c.sharded ? " --shards " + std::to_string(f.shards) : "");
   if (c.engine == "local") {
     return self + job + " --replicas " + std::to_string(c.replicas);
   }
@@ -134,6 +141,7 @@ int run_bench_train(const BenchTrainFlags& f) {
   if (f.memory == "both" || f.memory == "system") memories.push_back(MemoryMode::kSystem);
   std::vector<Configuration> configs;
   for (const Configuration& c : all_configurations()) {
+    if (c.sharded && f.job.name != "train") continue;
     if (f.configs.empty() ||
         std::find(f.configs.begin(), f.configs.end(), c.name) != f.configs.end()) {
       configs.push_back(c);
@@ -188,7 +196,7 @@ int run_bench_train(const BenchTrainFlags& f) {
     std::printf(
         "# %s throughput: batch %d, %d timed steps after %d, median [min..max] of %d runs; %s\n",
         f.job.name.c_str(), f.batch, f.steps, f.warmup, f.repeats, blas_description().c_str());
-    std::printf("%-15s %-9s %9s %8s %7s %-7s %10s %21s %9s\n", "config", "engine", "processes",
+    std::printf("%-17s %-9s %9s %8s %7s %-7s %10s %21s %9s\n", "config", "engine", "processes",
                 "replicas", "threads", "memory", "images/s", "[min..max]", "vs 1x1");
   }
   for (const MemoryMode memory : memories) {
@@ -207,6 +215,7 @@ int run_bench_train(const BenchTrainFlags& f) {
         j["threads"] = c.threads;
         j["memory"] = mode;
         j["batch"] = f.batch;
+        j["shards"] = c.sharded ? f.shards : 0;
         const bool peer = c.engine == "ddp-gloo";
         j["memory_format"] =
             peer ? (c.channels_last ? "channels-last" : "contiguous") : f.memory_format;
@@ -214,7 +223,7 @@ int run_bench_train(const BenchTrainFlags& f) {
         j["runs"] = v;
         std::printf("%s\n", j.dump().c_str());
       } else {
-        std::printf("%-15s %-9s %9d %8d %7d %-7s %10.0f   [%7.0f..%7.0f] %9s\n", c.name.c_str(),
+        std::printf("%-17s %-9s %9d %8d %7d %-7s %10.0f   [%7.0f..%7.0f] %9s\n", c.name.c_str(),
                     c.engine.c_str(), c.processes, c.replicas, c.threads, mode, m,
                     *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()),
                     base > 0 ? (std::to_string(m / base).substr(0, 4) + "x").c_str() : "-");
@@ -239,6 +248,7 @@ int run_bench_train(const BenchTrainFlags& f) {
     ratio("local 2x1 / DDP gloo 2x1 channels last (keep)", two, med("ddp-gloo-2x1-cl", k));
     ratio("gloo 2x1 / DDP gloo 2x1 channels last (keep)", med("gloo-2x1", k),
           med("ddp-gloo-2x1-cl", k));
+    ratio("local 2x1 on shards / local 2x1 (keep)", med("local-2x1-shards", k), two);
     ratio("memory keep / system, local 1x1", med("local-1x1", k),
           med("local-1x1", MemoryMode::kSystem));
     ratio("memory keep / system, local 2x1", two, med("local-2x1", MemoryMode::kSystem));
@@ -271,6 +281,11 @@ Command add_bench_job(CLI::App& bench, const BenchJob& job, const std::string& h
     app->add_option("--d-steps", flags->d_steps, "D steps per G step")
         ->capture_default_str()
         ->check(CLI::Range(1, 100));
+  }
+  if (job.name == "train") {
+    app->add_option("--shards", flags->shards, "Logical shards of local-2x1-shards")
+        ->capture_default_str()
+        ->check(CLI::Range(2, 1 << 16));
   }
   app->add_option("--memory-format", flags->memory_format,
                   "Layout of our networks (channels-last or contiguous); the peer runs "
