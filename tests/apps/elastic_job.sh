@@ -12,6 +12,11 @@
 #   join:      a second agent that comes later takes part from the next generation;
 #   orphan:    every agent of a job killed, then one started again with the same --rdzv: it
 #              ends the silent generation itself and finishes the job from its checkpoint;
+#   shards-lost: a job on 8 logical shards over two agents (--nnodes 1:2), one agent
+#              SIGKILLed at a random step, the job finished on the other: the digest of the
+#              uninterrupted 2-host run (which equals one process's);
+#   shards-join: the same job started on one agent, a second joining at a random step:
+#              the same digest;
 #   refuse:    an elastic job asked to run on mpi, or under mpirun, fails with a clear message;
 #   interrupt: SIGINT to an agent ends its workers and the agent (status 130).
 # Usage: elastic_job.sh BUILD_DIR [CASE...]   (no case: all)
@@ -19,7 +24,8 @@ set -uo pipefail
 replicator="$(cd "$1" && pwd)/replicator"
 shift
 cases=("$@")
-[ ${#cases[@]} -gt 0 ] || cases=(kill stop redis give-up hosts join orphan refuse interrupt)
+[ ${#cases[@]} -gt 0 ] ||
+  cases=(kill stop redis give-up hosts join orphan shards-lost shards-join refuse interrupt)
 work="$(mktemp -d)"
 cleanup() {
   pkill -9 -f "$work" 2>/dev/null
@@ -194,6 +200,94 @@ case_orphan() {
   grep -q "resuming from" "$work/orphan.err" || fail "orphan: did not resume from a checkpoint"
   [ "$(field steps "$work/orphan.out")" = 60 ] || fail "orphan: did not finish"
   echo "orphan: a job whose agents were all killed goes on when one is started again"
+}
+
+# The sharded job of the shards-* cases: its bits do not depend on the replica count.
+sharded=(train classifier --batch 64 --shards 8 --threads 1 --checkpoint-every 5 --no-eval
+  --no-progress --json)
+sharded_steps=80
+sharded_expected=""
+# The newest step that OUT's checkpoints or metrics.jsonl show (0: none).
+step_reached() {
+  { ls "$1" 2>/dev/null | sed -n 's/^checkpoint-0*\([0-9][0-9]*\)\.pt$/\1/p'
+    sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$1/metrics.jsonl" 2>/dev/null
+    echo 0; } | sort -n | tail -1
+}
+# sharded_agent NAME RDZV: one elastic agent of one process (--nnodes 1:2) in the background.
+sharded_agent() {
+  "$replicator" launch --nnodes 1:2 -n 1 --rdzv "$2" "${fast[@]}" -- \
+    "$replicator" "${sharded[@]}" --steps $sharded_steps --out "$work/$1" \
+    >> "$work/$1.out" 2>> "$work/$1.err" &
+}
+# The digest of the uninterrupted 2-host run, once; it must equal one process's.
+sharded_uninterrupted() {
+  [ -n "$sharded_expected" ] && return
+  local rdzv="file://$work/rdzv-sharded/job" a0 a1
+  sharded_agent sharded "$rdzv"
+  a0=$!
+  sharded_agent sharded "$rdzv"
+  a1=$!
+  wait $a0 && wait $a1 || fail "the uninterrupted 2-host run failed: $(grep launch: "$work/sharded.err")"
+  grep -q "generation 0: 2 hosts" "$work/sharded.err" || fail "the 2-host run did not start on 2 hosts"
+  sharded_expected=$(digest "$work/sharded.out" | sort -u)
+  [ "$(echo "$sharded_expected" | wc -w)" = 1 ] ||
+    fail "the 2-host run printed no single digest: $sharded_expected"
+  local one
+  one=$("$replicator" "${sharded[@]}" --steps $sharded_steps --replicas 1 | digest)
+  [ "$one" = "$sharded_expected" ] || fail "2 hosts ended with $sharded_expected, 1 process with $one"
+  echo "shards: uninterrupted on 2 hosts and on 1 process: $sharded_expected"
+}
+# sharded_ends_as_uninterrupted NAME: the job's digest equals the uninterrupted run's.
+sharded_ends_as_uninterrupted() {
+  local got
+  got=$(digest "$work/$1.out" | sort -u)
+  [ "$got" = "$sharded_expected" ] || fail "$1: digest $got, uninterrupted $sharded_expected"
+  [ "$(field steps "$work/$1.out" | sort -u)" = $sharded_steps ] || fail "$1: did not finish"
+}
+
+# until_step NAME STEP CASE: waits (60 s at most) until job NAME has reached STEP.
+until_step() {
+  local deadline=$((SECONDS + 60))
+  until [ "$(step_reached "$work/$1")" -ge "$2" ]; do
+    [ $SECONDS -lt $deadline ] || fail "$3: no progress: $(tail "$work/$1.err")"
+    sleep 0.02
+  done
+}
+
+case_shards_lost() {
+  sharded_uninterrupted
+  local rdzv="file://$work/rdzv-lost/job" at=$((8 + RANDOM % 50)) a0 a1
+  sharded_agent lost "$rdzv"
+  a0=$!
+  sharded_agent lost "$rdzv"
+  a1=$!
+  until_step lost $at shards-lost
+  kill -9 $a1
+  wait $a1 2>/dev/null
+  wait $a0 || fail "shards-lost: the surviving agent failed: $(grep launch: "$work/lost.err")"
+  grep -q "generation 1: 1 host" "$work/lost.err" ||
+    fail "shards-lost: no generation on one host: $(grep launch: "$work/lost.err")"
+  [ "$(field replicas "$work/lost.out")" = 1 ] || fail "shards-lost: did not end on 1 replica"
+  grep -q "resuming from" "$work/lost.err" || fail "shards-lost: did not resume from a checkpoint"
+  sharded_ends_as_uninterrupted lost
+  echo "shards-lost: a host SIGKILLed at step ~$at, the other finished alone: same bits"
+}
+
+case_shards_join() {
+  sharded_uninterrupted
+  local rdzv="file://$work/rdzv-joins/job" at=$((8 + RANDOM % 50)) first second
+  sharded_agent joins "$rdzv"
+  first=$!
+  until_step joins $at shards-join
+  sharded_agent joins "$rdzv"
+  second=$!
+  wait $first || fail "shards-join: the first agent failed: $(grep launch: "$work/joins.err")"
+  wait $second || fail "shards-join: the second agent failed: $(grep launch: "$work/joins.err")"
+  grep -q "generation 1: 2 hosts" "$work/joins.err" ||
+    fail "shards-join: the second host did not join: $(grep launch: "$work/joins.err")"
+  [ "$(field replicas "$work/joins.out" | sort -u)" = 2 ] || fail "shards-join: did not end on 2 replicas"
+  sharded_ends_as_uninterrupted joins
+  echo "shards-join: a second host joined after step ~$at: same bits"
 }
 
 case_refuse() {
