@@ -135,6 +135,20 @@ def plot(path, title, rows, random_return, threshold):
     plt.close(fig)
 
 
+def title_of(args):
+    """The job's arguments without those that do not change what it learns, wrapped."""
+    import textwrap
+    kept, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in ("--checkpoint-every", "--report-every", "--keep-checkpoints"):
+            skip = True
+        elif not a.startswith("--no-progress") and a != "--json":
+            kept.append(a)
+    return "\n".join(textwrap.wrap(" ".join(kept), 70))
+
+
 def summarise(rows, args, threshold):
     finals = [r["final_return"] for r in rows]
     mean, half = interval95(finals)
@@ -199,8 +213,7 @@ def main():
     print(text, end="")
     (out / "summary.md").write_text(text)
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    plot(out / "curve.png", " ".join(a for a in args if not a.startswith("--no-")), rows,
-         random_return, o.threshold)
+    plot(out / "curve.png", title_of(args), rows, random_return, o.threshold)
     print(f"wrote {out / 'summary.md'}, {out / 'summary.json'}, {out / 'curve.png'}")
 
 
