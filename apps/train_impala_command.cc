@@ -129,13 +129,14 @@ Command add_train_impala(CLI::App& train, char** argv) {
   app->add_option("--hidden", o.hidden, "Width of the policy network")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));
-  app->add_option("--lr", o.learning_rate, "RMSProp learning rate (at the start)")
-      ->capture_default_str();
+  app->add_option("--lr", o.learning_rate,
+                  "RMSProp learning rate at the start (default: 0.004 on the MinAtar games, "
+                  "else 0.002)");
   app->add_flag(
       "--no-anneal", [&o](std::int64_t) { o.anneal = false; },
       "Keep the learning rate constant (default: it falls linearly to 0 over --frames)");
-  app->add_option("--entropy-cost", o.entropy_cost, "Weight of the entropy bonus")
-      ->capture_default_str();
+  app->add_option("--entropy-cost", o.entropy_cost,
+                  "Weight of the entropy bonus (default: 0.03 on the MinAtar games, else 0.01)");
   app->add_option("--baseline-cost", o.baseline_cost, "Weight of the value loss")
       ->capture_default_str();
   app->add_option("--discount", o.discount, "Discount factor")->capture_default_str();

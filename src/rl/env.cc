@@ -66,6 +66,8 @@ const std::vector<std::string>& env_names() {
   return names;
 }
 
+bool minatar_game(std::string_view name) { return minatar::game_kind(name).has_value(); }
+
 std::unique_ptr<BatchedEnv> make_env(std::string_view name, int num_envs, std::uint64_t seed,
                                      const EnvOptions& options) {
   std::string valid;

@@ -116,7 +116,16 @@ int unrolls_per_replica(Job& job, const ImpalaOptions& o) {
 
 }  // namespace
 
-ImpalaResult train_impala(const ImpalaOptions& o) {
+ImpalaOptions impala_defaults(const ImpalaOptions& options) {
+  ImpalaOptions o = options;
+  const bool minatar = rl::minatar_game(o.env);
+  if (std::isnan(o.learning_rate)) o.learning_rate = minatar ? 4e-3 : 2e-3;
+  if (std::isnan(o.entropy_cost)) o.entropy_cost = minatar ? 0.03 : 0.01;
+  return o;
+}
+
+ImpalaResult train_impala(const ImpalaOptions& options) {
+  const ImpalaOptions o = impala_defaults(options);
   if (o.actors < -1 || o.remote_actors < 0 || o.envs_per_actor < 1 || o.unroll < 1 || o.batch < 1 ||
       o.frames < 1 || o.threads < 1 || o.report_every < 1) {
     throw InvalidArgument(

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "replicator/errors.h"
+#include "replicator/train/impala.h"
 #include "tests/harness/temp_dir.h"
 
 namespace replicator::train {
@@ -142,6 +143,24 @@ TEST(Job, AReplicaThatDivergedIsNamed) {
     EXPECT_NE(std::string(e.what()).find("ended with parameters different"), std::string::npos)
         << e.what();
   }
+}
+
+TEST(ImpalaDefaultsTest, TheMinAtarGamesGetTheirOwnAndGivenValuesStay) {
+  ImpalaOptions o;
+  o.env = "breakout";
+  ImpalaOptions d = impala_defaults(o);
+  EXPECT_EQ(d.learning_rate, 4e-3);
+  EXPECT_EQ(d.entropy_cost, 0.03);
+  o.env = "cartpole";
+  d = impala_defaults(o);
+  EXPECT_EQ(d.learning_rate, 2e-3);
+  EXPECT_EQ(d.entropy_cost, 0.01);
+  o.env = "seaquest";
+  o.learning_rate = 1e-3;
+  o.entropy_cost = 0.005;
+  d = impala_defaults(o);
+  EXPECT_EQ(d.learning_rate, 1e-3);
+  EXPECT_EQ(d.entropy_cost, 0.005);
 }
 
 }  // namespace

@@ -120,6 +120,9 @@ class BatchedEnv {
 // The names make_env accepts, in a fixed order.
 const std::vector<std::string>& env_names();
 
+// Whether `name` is one of the five MinAtar games. Pure; throws nothing.
+bool minatar_game(std::string_view name);
+
 // A batch of `num_envs` copies of game `name` (one of env_names()), env i seeded from
 // (seed, i), already reset. Does not block. Throws InvalidArgument for an unknown name,
 // num_envs < 1, or sticky_action_prob outside [0, 1] (the message lists the valid values).

@@ -43,9 +43,13 @@ struct ImpalaOptions : JobOptions {
   int shards = 0;
   std::int64_t frames = 2'000'000;  // frames learned from (learner steps x batch x unroll)
   int hidden = 64;                  // the policy network's width
-  double learning_rate = 2e-3;
+  // RMSProp's learning rate at the start and the entropy bonus's weight. NaN: the
+  // environment's defaults (impala_defaults): on the MinAtar games 4e-3 and 0.03, chosen by
+  // a sweep over seeds on Breakout (bench/results/2026-12-06-breakout-seeds), else 2e-3 and
+  // 0.01.
+  double learning_rate = std::numeric_limits<double>::quiet_NaN();
   bool anneal = true;  // the learning rate falls linearly to 0 over the run
-  double entropy_cost = 0.01;
+  double entropy_cost = std::numeric_limits<double>::quiet_NaN();
   double baseline_cost = 0.25;
   double discount = 0.99;
   double max_grad_norm = 0;  // global gradient-norm clip; 0: none
@@ -67,6 +71,10 @@ struct ImpalaOptions : JobOptions {
   std::string listen = "0.0.0.0:0";
   int report_every = 10;  // learner steps between progress lines / metrics
 };
+
+// `options` with every NaN setting that has an environment's default replaced by it (the
+// learning rate and the entropy cost; see ImpalaOptions). Pure; throws nothing.
+ImpalaOptions impala_defaults(const ImpalaOptions& options);
 
 struct ImpalaResult : JobResult {  // steps: learner steps
   int actors = 0;                  // over all processes
