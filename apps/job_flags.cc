@@ -3,7 +3,7 @@
 #include <string>
 
 #include "apps/engine_choice.h"
-#include "apps/memory.h"
+#include "replicator/launch/memory_mode.h"
 
 namespace replicator::apps {
 
@@ -56,7 +56,8 @@ void add_job_flags(CLI::App* app, JobFlags& f, train::JobOptions& t, const JobFl
 }
 
 void add_memory_flag(CLI::App* app, std::string& memory) {
-  app->add_option("--memory", memory, kMemoryFlagHelp)->check(CLI::IsMember({"keep", "system"}));
+  app->add_option("--memory", memory, launch::kMemoryFlagHelp)
+      ->check(CLI::IsMember({"keep", "system"}));
 }
 
 void add_memory_format_flag(CLI::App* app, bool& channels_last) {

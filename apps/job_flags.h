@@ -43,8 +43,8 @@ struct JobFlagHelp {
 void add_job_flags(CLI::App* app, JobFlags& flags, train::JobOptions& options,
                    const JobFlagHelp& help);
 
-// Adds --memory (keep or system, apps/memory.h) to `app`, bound to `memory`. Never throws but
-// std::bad_alloc.
+// Adds --memory (keep or system, replicator/launch/memory_mode.h) to `app`, bound to `memory`.
+// Never throws but std::bad_alloc.
 void add_memory_flag(CLI::App* app, std::string& memory);
 
 // Adds --memory-format (channels-last or contiguous: the layout of a job's activations and

@@ -8,13 +8,13 @@
 #include <functional>
 #include <vector>
 
-#include "apps/blas.h"
 #include "apps/command.h"
 #include "replicator/errors.h"
+#include "replicator/launch/blas_kernels.h"
 
 int main(int argc, char** argv) {
   // Before anything runs: it may re-execute the process.
-  replicator::apps::choose_blas_kernels(argv);
+  replicator::launch::choose_blas_kernels(argv);
   using replicator::apps::Command;
   CLI::App app{"replicator: run one replica's step on many replicas; tools and benchmarks"};
   app.require_subcommand(1);

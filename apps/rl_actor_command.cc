@@ -10,8 +10,8 @@
 
 #include "apps/command.h"
 #include "apps/job_flags.h"
-#include "apps/memory.h"
 #include "replicator/config.h"
+#include "replicator/launch/memory_mode.h"
 #include "replicator/train/impala.h"
 #include "replicator/train/reporter.h"
 
@@ -33,7 +33,7 @@ struct ActorFlags {
 };
 
 int run_actor(ActorFlags& f) {
-  apply_memory_mode(parse_memory_mode(f.memory), f.argv);
+  launch::apply_memory_mode(launch::parse_memory_mode(f.memory), f.argv);
   RemoteActorOptions o = f.options;
   std::stringstream list(f.learners);
   for (std::string address; std::getline(list, address, ',');) {

@@ -7,9 +7,9 @@
 
 #include "apps/command.h"
 #include "apps/job_flags.h"
-#include "apps/memory.h"
 #include "apps/train/classifier.h"
 #include "replicator/errors.h"
+#include "replicator/launch/memory_mode.h"
 #include "replicator/train/reporter.h"
 
 namespace replicator::apps {
@@ -27,7 +27,7 @@ struct TrainFlags {
 };
 
 int run_train(const TrainFlags& f) {
-  apply_memory_mode(parse_memory_mode(f.job.memory), f.argv);
+  launch::apply_memory_mode(launch::parse_memory_mode(f.job.memory), f.argv);
   TrainOptions o = f.options;
   f.job.apply("train classifier", o);
   o.data_dir = f.data_dir;
@@ -55,7 +55,7 @@ int run_train(const TrainFlags& f) {
     j["threads"] = o.threads;
     j["memory"] = f.job.memory;
     j["memory_format"] = o.channels_last ? "channels-last" : "contiguous";
-    j["allocator"] = active_allocator();
+    j["allocator"] = launch::active_allocator();
     j["batch"] = o.batch;
     j["bucket_bytes"] = o.bucket_bytes;
     j["overlap"] = o.overlap;

@@ -9,8 +9,8 @@
 #include "apps/command.h"
 #include "apps/eval/gan_quality.h"
 #include "apps/job_flags.h"
-#include "apps/memory.h"
 #include "apps/train/gan.h"
+#include "replicator/launch/memory_mode.h"
 #include "replicator/train/reporter.h"
 
 namespace replicator::apps {
@@ -26,7 +26,7 @@ struct GanFlags {
 };
 
 int run_gan(const GanFlags& f) {
-  apply_memory_mode(parse_memory_mode(f.job.memory), f.argv);
+  launch::apply_memory_mode(launch::parse_memory_mode(f.job.memory), f.argv);
   GanOptions o = f.options;
   f.job.apply("train gan", o);
   o.data_dir = f.data_dir;

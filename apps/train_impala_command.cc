@@ -8,8 +8,8 @@
 
 #include "apps/command.h"
 #include "apps/job_flags.h"
-#include "apps/memory.h"
 #include "replicator/errors.h"
+#include "replicator/launch/memory_mode.h"
 #include "replicator/train/impala.h"
 #include "replicator/train/reporter.h"
 
@@ -27,7 +27,7 @@ struct ImpalaFlags {
 };
 
 int run_impala(const ImpalaFlags& f) {
-  apply_memory_mode(parse_memory_mode(f.job.memory), f.argv);
+  launch::apply_memory_mode(launch::parse_memory_mode(f.job.memory), f.argv);
   ImpalaOptions o = f.options;
   f.job.apply("train impala", o);
 

@@ -30,12 +30,12 @@
 #include <thread>
 #include <vector>
 
-#include "apps/blas.h"
 #include "apps/command.h"
-#include "apps/memory.h"
 #include "bench/bench_rows.h"
 #include "bench/env_speed.h"
 #include "replicator/errors.h"
+#include "replicator/launch/blas_kernels.h"
+#include "replicator/launch/memory_mode.h"
 #include "replicator/launch/subprocess.h"
 #include "replicator/replicator.h"
 #include "replicator/rl/learner.h"
@@ -168,8 +168,8 @@ std::string find_peer_script() {
 }
 
 int run_bench_rl(const BenchRlFlags& f) {
-  const MemoryMode memory = parse_memory_mode(f.memory);
-  apply_memory_mode(memory, f.argv);
+  const launch::MemoryMode memory = launch::parse_memory_mode(f.memory);
+  launch::apply_memory_mode(memory, f.argv);
   BenchRlFlags flags = f;
   if (flags.peer_script.empty()) flags.peer_script = find_peer_script();
   if (flags.python.empty()) flags.python = REPLICATOR_VENV_PYTHON;
@@ -193,7 +193,7 @@ int run_bench_rl(const BenchRlFlags& f) {
             {"job R=1, 2 actors", job + " --actors 2"},
             {"job R=2, actor per free core", job + " --replicas 2"},
             {"peer pytorch, 2 actor procs",
-             memory_mode_environment(memory) + " " + quote(flags.python) + " " +
+             launch::memory_mode_environment(memory) + " " + quote(flags.python) + " " +
                  quote(flags.peer_script) + " --actors 2 --json --frames " +
                  std::to_string(flags.frames)}};
   }
@@ -229,15 +229,15 @@ int run_bench_rl(const BenchRlFlags& f) {
     if (!flags.json) std::fprintf(stderr, "  repeat %d/%d done\n", r + 1, flags.repeats);
   }
   if (!flags.json) {
-    std::printf("# %s; memory %s (%s)\n", blas_description().c_str(), f.memory.c_str(),
-                active_allocator().c_str());
+    std::printf("# %s; memory %s (%s)\n", launch::blas_description().c_str(), f.memory.c_str(),
+                launch::active_allocator().c_str());
   }
-  const bench::BenchPrint how{
-      .type = "rl",
-      .value_key = "frames_per_s",
-      .json = flags.json,
-      .extra = {
-          {"blas", blas_description()}, {"memory", f.memory}, {"allocator", active_allocator()}}};
+  const bench::BenchPrint how{.type = "rl",
+                              .value_key = "frames_per_s",
+                              .json = flags.json,
+                              .extra = {{"blas", launch::blas_description()},
+                                        {"memory", f.memory},
+                                        {"allocator", launch::active_allocator()}}};
   std::map<std::string, double> med = bench::print_bench_rows(rows, how);
   std::vector<std::pair<std::string, double>> ratios;
   if (wants("learner")) {

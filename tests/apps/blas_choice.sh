@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The BLAS settings `replicator` makes for itself and the processes it starts
-# (apps/blas.h), seen from a child of `replicator launch`: a user's OPENBLAS_CORETYPE and
-# OPENBLAS_NUM_THREADS stand; unset, OPENBLAS_NUM_THREADS becomes 1; re-executed for them,
-# the launcher keeps its name.
+# (replicator/launch/blas_kernels.h), seen from a child of `replicator launch`: a user's
+# OPENBLAS_CORETYPE and OPENBLAS_NUM_THREADS stand; unset, OPENBLAS_NUM_THREADS becomes 1;
+# re-executed for them, the launcher keeps its name.
 #
 #   blas_choice.sh BUILD_DIR
 # Exit 0 on success, 1 on failure, 77 when `replicator` does not load libblas.so.3 (the torch

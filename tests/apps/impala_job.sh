@@ -89,7 +89,8 @@ want = ["env cartpole M=64", "learner cartpole mlp R=1", "learner cartpole mlp R
 assert sorted(rows) == sorted(want), sorted(rows)
 assert all(v > 0 for v in rows.values()), rows
 # The BLAS is named, the same in every row: the wheel's LibTorch brings MKL; a LibTorch on
-# OpenBLAS runs the kernels this CPU can (apps/blas.h), not OpenBLAS's SSE3 fallback.
+# OpenBLAS runs the kernels this CPU can (replicator/launch/blas_kernels.h), not OpenBLAS's SSE3
+# fallback.
 avx2 = " avx2 " in open("/proc/cpuinfo").read().replace("\n", " ")
 blas = {l["blas"] for l in lines if l["type"] == "rl"}
 assert len(blas) == 1, blas

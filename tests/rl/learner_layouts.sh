@@ -9,8 +9,8 @@ prog="$1/tests/rl/${4:-learner_digest}"
 launcher="$1/replicator"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fail() { echo "FAIL: $*" >&2; exit 1; }
-# Every layout runs the BLAS as `replicator` runs it (apps/blas.h: its choice of OpenBLAS
-# kernels, one OpenBLAS thread), as the launcher's children do: other kernels round otherwise.
+# Every layout runs the BLAS as `replicator` runs it (replicator/launch/blas_kernels.h: its
+# choice of OpenBLAS kernels, one OpenBLAS thread), as the launcher's children do: other kernels round otherwise.
 for kv in $("$launcher" launch -n 1 -- env | sed 's/^\[rank [0-9]*\] //' | grep '^OPENBLAS_' || true); do
   export "${kv?}"
 done

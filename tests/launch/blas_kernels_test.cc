@@ -1,7 +1,7 @@
-// Tests of the choice of OpenBLAS kernels (apps/blas.h). This test program links no BLAS:
-// choose_blas_kernels() must then leave the process and its environment alone. What a
-// process that loads OpenBLAS does is checked through `replicator` itself (blas_choice.sh).
-#include "apps/blas.h"
+// Tests of the choice of OpenBLAS kernels (replicator/launch/blas_kernels.h). This test program
+// links no BLAS: choose_blas_kernels() must then leave the process and its environment alone. What
+// a process that loads OpenBLAS does is checked through `replicator` itself (blas_choice.sh).
+#include "replicator/launch/blas_kernels.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 
 namespace {
 
-using replicator::apps::better_openblas_core;
-using replicator::apps::CpuFeatures;
+using replicator::launch::better_openblas_core;
+using replicator::launch::CpuFeatures;
 
 constexpr CpuFeatures kAvx512{.avx2_fma = true, .avx512 = true};
 constexpr CpuFeatures kAvx2{.avx2_fma = true, .avx512 = false};
@@ -40,9 +40,9 @@ TEST(ChooseBlasKernels, WithoutOpenBlasReturnsAndSetsNothing) {
   ::unsetenv("OPENBLAS_CORETYPE");
   char name[] = "blas_test";
   char* argv[] = {name, nullptr};
-  replicator::apps::choose_blas_kernels(argv);  // an exec would end this test here
+  replicator::launch::choose_blas_kernels(argv);  // an exec would end this test here
   EXPECT_EQ(std::getenv("OPENBLAS_CORETYPE"), nullptr);
-  EXPECT_EQ(replicator::apps::blas_description(), "BLAS without openblas_get_corename");
+  EXPECT_EQ(replicator::launch::blas_description(), "BLAS without openblas_get_corename");
 }
 
 }  // namespace

@@ -1,22 +1,22 @@
-// How the `replicator` jobs keep freed memory. On machines where faulting in a fresh
-// 4 KiB page is slow (~12-15 µs), glibc's default malloc hands LibTorch's freed
-// activations back to the kernel (blocks above the mmap threshold are unmapped, and a
-// thread's arena heaps are unmapped whenever they empty), so every step faults them in
-// again: a small CNN trains ~3x slower.
+// How a training process keeps freed memory (the `replicator` jobs' --memory flag). On
+// machines where faulting in a fresh 4 KiB page is slow (~12-15 µs), glibc's default malloc
+// hands LibTorch's freed activations back to the kernel (blocks above the mmap threshold are
+// unmapped, and a thread's arena heaps are unmapped whenever they empty), so every step
+// faults them in again: a small CNN trains ~3x slower.
 //
-// `kKeep` (the default of the train job) runs the process on jemalloc (Debian's
+// `kKeep` (the default of the train jobs) runs the process on jemalloc (Debian's
 // libjemalloc2) with page purging off (dirty_decay_ms:-1, muzzy_decay_ms:-1): freed memory
 // stays mapped and is reused, with a cache per thread. A MALLOC_CONF already in the
-// environment is kept as it is (e.g. with thp:always for transparent huge pages). jemalloc must
-// replace malloc before anything allocates, so the process re-executes itself once with jemalloc
-// preloaded; where jemalloc cannot be loaded it falls back to glibc settings with the same aim
-// (mmap threshold at its 32 MiB maximum, no trimming, one arena), which scale worse over
-// threads. `kSystem` leaves glibc's defaults.
+// environment is kept as it is (e.g. with thp:always for transparent huge pages). jemalloc
+// must replace malloc before anything allocates, so the process re-executes itself once with
+// jemalloc preloaded; where jemalloc cannot be loaded it falls back to glibc settings with
+// the same aim (mmap threshold at its 32 MiB maximum, no trimming, one arena), which scale
+// worse over threads. `kSystem` leaves glibc's defaults.
 #pragma once
 
 #include <string>
 
-namespace replicator::apps {
+namespace replicator::launch {
 
 enum class MemoryMode { kKeep, kSystem };
 
@@ -40,4 +40,4 @@ inline constexpr const char* kMemoryFlagHelp =
 // Which allocator this process runs on: "jemalloc" or "glibc".
 std::string active_allocator();
 
-}  // namespace replicator::apps
+}  // namespace replicator::launch

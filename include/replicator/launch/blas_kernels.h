@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-namespace replicator::apps {
+namespace replicator::launch {
 
 struct CpuFeatures {
   bool avx2_fma = false;  // AVX2 and FMA
@@ -46,4 +46,4 @@ void choose_blas_kernels(char** argv);
 // without openblas_get_corename" for another BLAS (Debian's reference BLAS, for example).
 std::string blas_description();
 
-}  // namespace replicator::apps
+}  // namespace replicator::launch

@@ -1,4 +1,4 @@
-#include "apps/memory.h"
+#include "replicator/launch/memory_mode.h"
 
 #include <dlfcn.h>
 #include <malloc.h>
@@ -10,7 +10,7 @@
 #include "replicator/errors.h"
 #include "replicator/launch/subprocess.h"
 
-namespace replicator::apps {
+namespace replicator::launch {
 namespace {
 
 constexpr const char* kJemalloc = "libjemalloc.so.2";
@@ -75,4 +75,4 @@ std::string memory_mode_environment(MemoryMode mode) {
 
 std::string active_allocator() { return jemalloc_active() ? "jemalloc" : "glibc"; }
 
-}  // namespace replicator::apps
+}  // namespace replicator::launch

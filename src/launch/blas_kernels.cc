@@ -1,4 +1,4 @@
-#include "apps/blas.h"
+#include "replicator/launch/blas_kernels.h"
 
 #include <dlfcn.h>
 
@@ -9,7 +9,7 @@
 
 #include "replicator/launch/subprocess.h"
 
-namespace replicator::apps {
+namespace replicator::launch {
 namespace {
 
 using CoreName = char* (*)();
@@ -84,4 +84,4 @@ std::string blas_description() {
   return "BLAS without openblas_get_corename";
 }
 
-}  // namespace replicator::apps
+}  // namespace replicator::launch
