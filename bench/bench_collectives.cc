@@ -1012,7 +1012,7 @@ void print_all_reduce_plan(const Settings& s, const Config& config, detail::Tran
   if (transport != nullptr && transport->size() > 1) {
     layout = detail::make_process_layout(*transport, s.local_replicas, policy.oversubscribed);
     // What a Replicator of this job would measure (or read) at start, every process together.
-    calibration = detail::calibrate(*layout, config.calibration, config.timeout);
+    calibration = detail::calibrate(*layout, config.transport.calibration, config.timeout);
     layout->costs = calibration.costs;
   }
   const detail::CacheFacts cache = detail::read_cache_facts();

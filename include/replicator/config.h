@@ -18,29 +18,11 @@ enum class Engine {
 };
 
 struct Config {
+  // ---- the job: its replicas, the engine between its processes, deadlines and waiting ----
   // Number of replicas (threads) in this process. A job has R = processes x local_replicas
   // replicas; every process runs the same number.
   int local_replicas = 1;
   Engine engine = Engine::kLocal;
-  // gloo: this process's rank, the number of processes, the rendezvous store
-  // ("file:///shared/dir" or "redis://host:port"), the address the other processes reach
-  // this one at, and a job name that keeps jobs sharing a store apart. mpi takes rank
-  // and size from MPI.
-  int rank = 0;
-  int world_size = 1;
-  std::string store;
-  std::string host = "127.0.0.1";
-  std::string job = "replicator";
-  // Where every process of the job runs on this host (same hostname, boot and namespaces),
-  // messages go through shared memory (/dev/shm): gloo, all of them instead of TCP; mpi,
-  // those that half a ring holds (512 KiB in a small job: frames, small and middle
-  // collectives) instead of MPI. Off: never.
-  bool shared_memory = true;
-  // Where the job keeps what it measured of its transport at start (its calibration, good
-  // for a day; src/runtime/calibration.h): a folder, empty for $XDG_CACHE_HOME/replicator
-  // (else ~/.cache/replicator), or "off": measure nothing, and choose algorithms by fixed
-  // limits. Process 0's setting decides for the job.
-  std::string calibration;
   // Default deadline of every blocking call; a call's own `timeout` option overrides it.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   // How long a replica waiting for its peers spins before it parks on a futex. When the
@@ -49,36 +31,73 @@ struct Config {
   std::chrono::microseconds spin{50};
   // Processes of this job on this host (mpirun tells it; `replicator launch` sets it).
   int host_processes = 1;
-  // Elastic jobs (`replicator launch --nnodes`, gloo only): the generation this process
-  // belongs to (-1: the job is not elastic) and how many restarts came before it; and the
-  // heartbeat its agent watches: every `heartbeat` (0: none) a counter is written to the
-  // rendezvous store at `heartbeat_store` (replicator/rendezvous/store.h).
-  int generation = -1;
-  int restart_count = 0;
-  std::chrono::milliseconds heartbeat{0};
-  std::string heartbeat_store;
-  // Flight recorder: how many of its latest collectives each replica keeps (a ring; 0
-  // turns the recorder off). Their summary ends the message of a Timeout,
-  // CollectiveMismatch, PeerLost or Aborted that run() throws.
-  int flight_recorder_size = 256;
-  // A folder for flight-recorder dumps (JSON, one file per dump, named
-  // flight_recorder.rank<R>.pid<P>.<N>.json): written when run() throws one of those
-  // errors and on SIGUSR1. Created if missing. Empty: no file (SIGUSR1 dumps to stderr).
-  std::string trace_dir;
-  // A Chrome trace-event JSON file of every step and collective of every replica (opens
-  // in Perfetto and chrome://tracing). In a job of several processes each process writes
-  // its own, with ".rank<R>" before the extension (run.json: run.rank0.json, ...).
-  // Empty: none.
-  std::string timeline;
-  // Whether SIGUSR1 makes a live Replicator dump its flight recorder (see README).
-  bool trace_signal = true;
-  // When a replica has waited this long at a collective for peers that have not arrived,
-  // its process prints one line to stderr (once per collective) naming the missing
-  // replicas, their last collective with its call site, and whether their process is
-  // alive, stopped or gone (docs/debugging.md). Zero: a quarter of `timeout`, at most 5 s;
-  // negative: never.
-  std::chrono::milliseconds straggler_after{0};
-  // straggler_after as it applies (zero resolved); zero when off.
+
+  // ---- how the engine carries bytes between the processes of one host ----
+  struct Transport {
+    // Where every process of the job runs on this host (same hostname, boot and
+    // namespaces), messages go through shared memory (/dev/shm): gloo, all of them instead
+    // of TCP; mpi, those that half a ring holds (512 KiB in a small job: frames, small and
+    // middle collectives) instead of MPI. Off: never.
+    bool shared_memory = true;
+    // Where the job keeps what it measured of its transport at start (its calibration, good
+    // for a day; src/runtime/calibration.h): a folder, empty for $XDG_CACHE_HOME/replicator
+    // (else ~/.cache/replicator), or "off": measure nothing, and choose algorithms by fixed
+    // limits. Process 0's setting decides for the job.
+    std::string calibration;
+  } transport;
+
+  // ---- the gloo engine: who this process is and where the processes meet ----
+  // (mpi takes rank and size from MPI.)
+  struct Gloo {
+    // This process's rank and the number of processes.
+    int rank = 0;
+    int world_size = 1;
+    // The rendezvous store ("file:///shared/dir" or "redis://host:port").
+    std::string store;
+    // The address the other processes reach this one at.
+    std::string host = "127.0.0.1";
+    // A job name that keeps jobs sharing a store apart.
+    std::string job = "replicator";
+  } gloo;
+
+  // ---- elastic jobs (`replicator launch --nnodes`, gloo only) ----
+  struct Elastic {
+    // The generation this process belongs to (-1: the job is not elastic) and how many
+    // restarts came before it.
+    int generation = -1;
+    int restart_count = 0;
+    // The heartbeat its agent watches: every `heartbeat` (0: none) a counter is written to
+    // the rendezvous store at `heartbeat_store` (replicator/rendezvous/store.h).
+    std::chrono::milliseconds heartbeat{0};
+    std::string heartbeat_store;
+  } elastic;
+
+  // ---- what the job tells about itself: flight recorder, timeline, stragglers ----
+  struct Trace {
+    // How many of its latest collectives each replica's flight recorder keeps (a ring; 0
+    // turns the recorder off). Their summary ends the message of a Timeout,
+    // CollectiveMismatch, PeerLost or Aborted that run() throws.
+    int flight_recorder_size = 256;
+    // A folder for flight-recorder dumps (JSON, one file per dump, named
+    // flight_recorder.rank<R>.pid<P>.<N>.json): written when run() throws one of those
+    // errors and on SIGUSR1. Created if missing. Empty: no file (SIGUSR1 dumps to stderr).
+    std::string dir;
+    // A Chrome trace-event JSON file of every step and collective of every replica (opens
+    // in Perfetto and chrome://tracing). In a job of several processes each process writes
+    // its own, with ".rank<R>" before the extension (run.json: run.rank0.json, ...).
+    // Empty: none.
+    std::string timeline;
+    // Whether SIGUSR1 makes a live Replicator dump its flight recorder (see README).
+    bool signal = true;
+    // When a replica has waited this long at a collective for peers that have not arrived,
+    // its process prints one line to stderr (once per collective) naming the missing
+    // replicas, their last collective with its call site, and whether their process is
+    // alive, stopped or gone (docs/debugging.md). Zero: a quarter of `timeout`, at most
+    // 5 s; negative: never.
+    std::chrono::milliseconds straggler_after{0};
+  } trace;
+
+  // trace.straggler_after as it applies (zero resolved); zero when off.
   std::chrono::milliseconds straggler_limit() const;
 
   // Defaults overridden by REPLICATOR_<OPTION> for every option of `options()`
@@ -94,15 +113,17 @@ struct Config {
   // Sets one option by name ("local-replicas", "timeout", "spin", "host-processes",
   // "engine", "rank", "world-size", "store", "host", "job", "shared-memory", "generation",
   // "restart-count", "heartbeat", "heartbeat-store", "flight-recorder-size", "trace-dir",
-  // "timeline", "trace-signal", "straggler-after") from its text form. Throws ConfigError for an
-  // unknown name or an invalid value.
+  // "timeline", "trace-signal", "straggler-after") from its text form. The names are flat
+  // whatever the group of their field: "rank" sets gloo.rank, "trace-dir" trace.dir,
+  // "heartbeat" elastic.heartbeat, "calibration" transport.calibration. Throws ConfigError
+  // for an unknown name or an invalid value.
   void set(std::string_view name, std::string_view value);
 
   // The option names `set` accepts, with a one-line description each.
   static std::vector<std::pair<std::string, std::string>> options();
 
   // Throws ConfigError if a field is out of range (local_replicas < 1, timeout <= 0, ...),
-  // or an elastic job (generation >= 0) is asked to run on another engine than gloo.
+  // or an elastic job (elastic.generation >= 0) is asked to run on another engine than gloo.
   void validate() const;
 };
 

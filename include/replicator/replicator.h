@@ -67,12 +67,12 @@ class Replicator {
   // the other processes (blocks until all have joined, at most config.timeout). Throws
   // ConfigError on a bad config or when processes disagree on local_replicas, and the
   // engine's errors (Timeout, PeerLost) when the rendezvous fails. Creates
-  // config.trace_dir and the timeline file when set (ConfigError when it cannot), and
-  // while it lives SIGUSR1 dumps its flight recorder (config.trace_signal).
+  // config.trace.dir and the timeline file when set (ConfigError when it cannot), and
+  // while it lives SIGUSR1 dumps its flight recorder (config.trace.signal).
   explicit Replicator(const Config& config = Config{});
   // The same, for a gloo job whose processes meet in `meeting`, a store of the caller's
-  // (torch.distributed's, for one), instead of config.store: config.store, unless set, becomes
-  // meeting->describe(). Throws InvalidArgument when `meeting` is null or the engine is not
+  // (torch.distributed's, for one), instead of config.gloo.store: config.gloo.store, unless set,
+  // becomes meeting->describe(). Throws InvalidArgument when `meeting` is null or the engine is not
   // gloo; otherwise as above.
   Replicator(const Config& config, const std::shared_ptr<rendezvous::KeyValueStore>& meeting);
   // Stops and joins the replica threads; finishes the timeline file. Not to be called

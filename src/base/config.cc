@@ -92,13 +92,13 @@ void Config::set(std::string_view name, std::string_view value) {
     if (n < 0 || n > 1'000'000) {
       throw ConfigError(what + " must be a process rank >= 0, got " + detail::quoted(value));
     }
-    rank = static_cast<int>(n);
+    gloo.rank = static_cast<int>(n);
   } else if (name == "world-size") {
     const long long n = parse_integer(value, what);
     if (n < 1 || n > 1'000'000) {
       throw ConfigError(what + " must be a process count >= 1, got " + detail::quoted(value));
     }
-    world_size = static_cast<int>(n);
+    gloo.world_size = static_cast<int>(n);
   } else if (name == "store") {
     if (!value.starts_with("file://") && !value.starts_with("redis://")) {
       throw ConfigError(what + " must be file:///shared/dir or redis://host:port, got " +
@@ -107,7 +107,7 @@ void Config::set(std::string_view name, std::string_view value) {
     if (detail::has_control(value)) {
       throw ConfigError(what + " must not hold control characters, got " + detail::quoted(value));
     }
-    store = value;
+    gloo.store = value;
   } else if (name == "host" || name == "job") {
     // Handed on as C strings (an address to connect to, key names in the store): a NUL would
     // cut them short, other control bytes make names no one can type.
@@ -115,21 +115,22 @@ void Config::set(std::string_view name, std::string_view value) {
     if (detail::has_control(value)) {
       throw ConfigError(what + " must not hold control characters, got " + detail::quoted(value));
     }
-    (name == "host" ? host : job) = value;
+    (name == "host" ? gloo.host : gloo.job) = value;
   } else if (name == "generation") {
     const long long n = parse_integer(value, what);
     if (n < -1 || n > 1'000'000'000) {
       throw ConfigError(what + " must be a generation >= 0 (or -1), got " + detail::quoted(value));
     }
-    generation = static_cast<int>(n);
+    elastic.generation = static_cast<int>(n);
   } else if (name == "restart-count") {
     const long long n = parse_integer(value, what);
     if (n < 0 || n > 1'000'000'000) {
       throw ConfigError(what + " must be a count >= 0, got " + detail::quoted(value));
     }
-    restart_count = static_cast<int>(n);
+    elastic.restart_count = static_cast<int>(n);
   } else if (name == "heartbeat") {
-    heartbeat = std::chrono::duration_cast<std::chrono::milliseconds>(parse_duration(value, what));
+    elastic.heartbeat =
+        std::chrono::duration_cast<std::chrono::milliseconds>(parse_duration(value, what));
   } else if (name == "heartbeat-store") {
     if (!value.starts_with("file://") && !value.starts_with("redis://")) {
       throw ConfigError(what + " must be file:///shared/dir/job or redis://host:port/job, got " +
@@ -138,28 +139,28 @@ void Config::set(std::string_view name, std::string_view value) {
     if (detail::has_control(value)) {
       throw ConfigError(what + " must not hold control characters, got " + detail::quoted(value));
     }
-    heartbeat_store = value;
+    elastic.heartbeat_store = value;
   } else if (name == "straggler-after") {
-    straggler_after = parse_straggler_after(value, what);
+    trace.straggler_after = parse_straggler_after(value, what);
   } else if (name == "flight-recorder-size") {
     const long long n = parse_integer(value, what);
     if (n < 0 || n > (1 << 20)) {
       throw ConfigError(what + " must be between 0 (off) and 1048576 collectives, got " +
                         detail::quoted(value));
     }
-    flight_recorder_size = static_cast<int>(n);
+    trace.flight_recorder_size = static_cast<int>(n);
   } else if (name == "calibration") {
     if (detail::has_control(value)) {
       throw ConfigError(what + " must not hold control characters, got " + detail::quoted(value));
     }
-    calibration = value;
+    transport.calibration = value;
   } else if (name == "trace-dir" || name == "timeline") {
     // Paths, handed on as C strings: a NUL would cut them short.
     if (value.empty()) throw ConfigError(what + " must not be empty");
     if (detail::has_control(value)) {
       throw ConfigError(what + " must not hold control characters, got " + detail::quoted(value));
     }
-    (name == "trace-dir" ? trace_dir : timeline) = value;
+    (name == "trace-dir" ? trace.dir : trace.timeline) = value;
   } else if (name == "trace-signal" || name == "shared-memory") {
     bool on = false;
     if (value == "on" || value == "1" || value == "true") {
@@ -167,7 +168,7 @@ void Config::set(std::string_view name, std::string_view value) {
     } else if (value != "off" && value != "0" && value != "false") {
       throw ConfigError(what + " must be on or off, got " + detail::quoted(value));
     }
-    (name == "trace-signal" ? trace_signal : shared_memory) = on;
+    (name == "trace-signal" ? trace.signal : transport.shared_memory) = on;
   } else {
     std::string known;
     for (const auto& [option, help] : options()) known += (known.empty() ? "" : ", ") + option;
@@ -201,8 +202,8 @@ std::vector<std::pair<std::string, std::string>> Config::options() {
 
 std::chrono::milliseconds Config::straggler_limit() const {
   using std::chrono::milliseconds;
-  if (straggler_after.count() < 0) return milliseconds(0);
-  if (straggler_after.count() > 0) return straggler_after;
+  if (trace.straggler_after.count() < 0) return milliseconds(0);
+  if (trace.straggler_after.count() > 0) return trace.straggler_after;
   return std::min<milliseconds>(timeout / 4, std::chrono::seconds(5));
 }
 
@@ -236,40 +237,40 @@ void Config::validate() const {
   if (timeout.count() <= 0) {
     throw ConfigError("timeout must be positive, got " + std::to_string(timeout.count()) + "ms");
   }
-  if (flight_recorder_size < 0) {
+  if (trace.flight_recorder_size < 0) {
     throw ConfigError("flight_recorder_size must not be negative, got " +
-                      std::to_string(flight_recorder_size));
+                      std::to_string(trace.flight_recorder_size));
   }
   if (spin.count() < 0) {
     throw ConfigError("spin must not be negative, got " + std::to_string(spin.count()) + "us");
   }
   if (engine == Engine::kGloo) {
-    if (store.empty()) {
+    if (gloo.store.empty()) {
       throw ConfigError(
           "the gloo engine needs a rendezvous store: set REPLICATOR_STORE (or "
           "--store) to file:///shared/dir or redis://host:port, or start the "
           "processes with `replicator launch`");
     }
-    if (rank >= world_size) {
-      throw ConfigError("rank " + std::to_string(rank) + " is not below world-size " +
-                        std::to_string(world_size));
+    if (gloo.rank >= gloo.world_size) {
+      throw ConfigError("rank " + std::to_string(gloo.rank) + " is not below world-size " +
+                        std::to_string(gloo.world_size));
     }
   }
-  if (generation >= 0 && engine != Engine::kGloo) {
+  if (elastic.generation >= 0 && engine != Engine::kGloo) {
     throw ConfigError(
-        "this process belongs to generation " + std::to_string(generation) +
+        "this process belongs to generation " + std::to_string(elastic.generation) +
         " of an elastic job (`replicator launch --nnodes` or --max-restarts), which runs on the "
         "gloo engine only, not on " +
         std::string(to_string(engine)) +
         ": mpirun cannot replace a lost process; leave out the engine choice, or start a job "
         "that is not elastic");
   }
-  if (heartbeat.count() > 0 && heartbeat_store.empty()) {
+  if (elastic.heartbeat.count() > 0 && elastic.heartbeat_store.empty()) {
     throw ConfigError(
         "a heartbeat needs its store: set REPLICATOR_HEARTBEAT_STORE (the agent "
         "of an elastic job sets both)");
   }
-  if (heartbeat.count() < 0) throw ConfigError("heartbeat must not be negative");
+  if (elastic.heartbeat.count() < 0) throw ConfigError("heartbeat must not be negative");
 #if !defined(REPLICATOR_HAVE_MPI)
   if (engine == Engine::kMpi) {
     throw ConfigError(

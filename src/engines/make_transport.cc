@@ -27,23 +27,23 @@ std::unique_ptr<Transport> make_transport(const Config& config,
     case Engine::kMpi:
 #if defined(REPLICATOR_HAVE_MPI)
       return make_mpi_transport(
-          {.lanes = config.local_replicas, .shared_memory = config.shared_memory});
+          {.lanes = config.local_replicas, .shared_memory = config.transport.shared_memory});
 #else
       break;
 #endif
     case Engine::kGloo:
 #if defined(REPLICATOR_HAVE_GLOO)
-      return make_gloo_transport({.rank = config.rank,
-                                  .size = config.world_size,
-                                  .store = config.store,
+      return make_gloo_transport({.rank = config.gloo.rank,
+                                  .size = config.gloo.world_size,
+                                  .store = config.gloo.store,
                                   .meeting = std::move(meeting),
-                                  .host = config.host,
-                                  .job = config.job,
+                                  .host = config.gloo.host,
+                                  .job = config.gloo.job,
                                   .lanes = config.local_replicas,
                                   .timeout = config.timeout,
-                                  .heartbeat = config.heartbeat,
-                                  .heartbeat_store = config.heartbeat_store,
-                                  .shared_memory = config.shared_memory,
+                                  .heartbeat = config.elastic.heartbeat,
+                                  .heartbeat_store = config.elastic.heartbeat_store,
+                                  .shared_memory = config.transport.shared_memory,
                                   .spin = config.spin});
 #else
       break;

@@ -12,7 +12,7 @@ namespace replicator::detail {
 // Never null; the local engine's has one process (make_local_transport). Blocks while the
 // processes meet (see make_mpi_transport, make_gloo_transport); throws ConfigError for an
 // engine this build lacks, and the engine's errors.
-// With `meeting`, the gloo engine's processes meet in it instead of config.store (any other
+// With `meeting`, the gloo engine's processes meet in it instead of config.gloo.store (any other
 // engine is an InvalidArgument).
 std::unique_ptr<Transport> make_transport(
     const Config& config, std::shared_ptr<rendezvous::KeyValueStore> meeting = nullptr);

@@ -159,13 +159,13 @@ Backend::Backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int siz
     : c10d::Backend(rank, size) {
   Config config = Config::from_env();
   config.engine = Engine::kGloo;
-  config.rank = rank;
-  config.world_size = size;
+  config.gloo.rank = rank;
+  config.gloo.world_size = size;
   config.local_replicas = 1;
-  config.store.clear();
+  config.gloo.store.clear();
   if (timeout.count() > 0) config.timeout = timeout;
-  config.generation = -1;
-  config.heartbeat = std::chrono::milliseconds(0);
+  config.elastic.generation = -1;
+  config.elastic.heartbeat = std::chrono::milliseconds(0);
   replicator_ = std::make_unique<Replicator>(config, std::make_shared<C10dMeeting>(store));
   thread_ = std::thread([this] { serve(); });
   Live& l = live();

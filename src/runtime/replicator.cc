@@ -93,7 +93,7 @@ Config meeting_config(Config config, const rendezvous::KeyValueStore* meeting) {
         "engine only, not " +
         std::string(to_string(config.engine)));
   }
-  if (config.store.empty()) config.store = meeting->describe();
+  if (config.gloo.store.empty()) config.gloo.store = meeting->describe();
   config.validate();
   return config;
 }
@@ -120,7 +120,8 @@ Replicator::Replicator(Config config, std::unique_ptr<detail::Transport> transpo
   if (transport_->size() > 1) {
     layout_ = std::make_unique<detail::ProcessLayout>(
         detail::make_process_layout(*transport_, L, policy.oversubscribed));
-    layout_->costs = detail::calibrate(*layout_, config_.calibration, config_.timeout).costs;
+    layout_->costs =
+        detail::calibrate(*layout_, config_.transport.calibration, config_.timeout).costs;
     layout_->cache_share_bytes = detail::read_cache_facts().last_level_share();
   }
   tracer_ = std::make_unique<detail::Tracer>(config_, layout_ ? layout_->rank : 0,

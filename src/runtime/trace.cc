@@ -60,7 +60,7 @@ std::atomic<std::uint64_t> dumps_written{0};
 }  // namespace
 
 Tracer::Tracer(const Config& config, int rank, int processes, int num_local)
-    : rank_(rank), processes_(processes), num_local_(num_local), trace_dir_(config.trace_dir) {
+    : rank_(rank), processes_(processes), num_local_(num_local), trace_dir_(config.trace.dir) {
   if (!trace_dir_.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(trace_dir_, ec);
@@ -71,29 +71,32 @@ Tracer::Tracer(const Config& config, int rank, int processes, int num_local)
     }
   }
   std::vector<TimelineLane*> lanes;
-  if (!config.timeline.empty()) {
-    timeline_ = std::make_unique<Timeline>(Timeline::path_for(config.timeline, rank, processes),
-                                           rank, rank * num_local, num_local);
+  if (!config.trace.timeline.empty()) {
+    timeline_ =
+        std::make_unique<Timeline>(Timeline::path_for(config.trace.timeline, rank, processes), rank,
+                                   rank * num_local, num_local);
     for (int l = 0; l < num_local; ++l) lanes.push_back(timeline_->lane(l));
   }
   recorders_ = std::make_unique<FlightRecorders>(
-      rank * num_local, num_local, static_cast<std::size_t>(config.flight_recorder_size), lanes);
-  if (config.trace_signal) {
+      rank * num_local, num_local, static_cast<std::size_t>(config.trace.flight_recorder_size),
+      lanes);
+  if (config.trace.signal) {
     signal_ = std::make_unique<SignalDump>([this] { dump_on_signal(); });
   }
-  if (config.straggler_limit().count() > 0 && config.flight_recorder_size > 0) {
+  if (config.straggler_limit().count() > 0 && config.trace.flight_recorder_size > 0) {
     // Only processes of a real job share a board: several Replicators of one process (the
     // tests' in-memory transport) would all be one pid.
     const bool board = processes > 1 && config.engine != Engine::kLocal;
     straggler_ = std::make_unique<StragglerWatch>(
         *recorders_,
-        StragglerOptions{
-            .limit = config.straggler_limit(),
-            .rank = rank,
-            .processes = processes,
-            .num_local = num_local,
-            .board = board ? status_board(config.job, config.store, config.generation) : "",
-            .timeline = timeline_.get()});
+        StragglerOptions{.limit = config.straggler_limit(),
+                         .rank = rank,
+                         .processes = processes,
+                         .num_local = num_local,
+                         .board = board ? status_board(config.gloo.job, config.gloo.store,
+                                                       config.elastic.generation)
+                                        : "",
+                         .timeline = timeline_.get()});
   }
 }
 

@@ -44,8 +44,8 @@ class StragglerWatch;
 class Tracer {
  public:
   // For replicas rank * num_local .. + num_local - 1 of a job of `processes` processes.
-  // Creates config.trace_dir if missing and config.timeline's file; installs the SIGUSR1
-  // dump (config.trace_signal). Throws ConfigError when the folder cannot be created or
+  // Creates config.trace.dir if missing and config.trace.timeline's file; installs the SIGUSR1
+  // dump (config.trace.signal). Throws ConfigError when the folder cannot be created or
   // written, or the timeline file cannot be created.
   Tracer(const Config& config, int rank, int processes, int num_local);
   // Finishes the timeline file. Only once no replica thread runs.

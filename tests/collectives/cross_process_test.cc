@@ -58,7 +58,7 @@ std::vector<std::exception_ptr> run_processes(
     config.timeout = timeout;
     // Each algorithm at the sizes of the chooser's fixed limits: the fake network's timings
     // are those of threads in one process.
-    config.calibration = "off";
+    config.transport.calibration = "off";
     auto repl = detail::make_replicator(config, network->endpoint(rank, L));
     repl->run(step);
   });

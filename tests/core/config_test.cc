@@ -128,7 +128,7 @@ TEST(ConfigTest, OptionsListsEveryNameSetAccepts) {
 TEST(ConfigTest, StragglerAfterIsADurationOrOff) {
   Config config;
   config.set("straggler-after", "1500ms");
-  EXPECT_EQ(config.straggler_after, std::chrono::milliseconds(1500));
+  EXPECT_EQ(config.trace.straggler_after, std::chrono::milliseconds(1500));
   config.set("straggler-after", "off");
   EXPECT_EQ(config.straggler_limit(), std::chrono::milliseconds(0));
   EXPECT_THROW(config.set("straggler-after", "soon"), ConfigError);
@@ -136,11 +136,11 @@ TEST(ConfigTest, StragglerAfterIsADurationOrOff) {
 
 TEST(ConfigTest, CalibrationIsAFolderOrOff) {
   Config config;
-  EXPECT_EQ(config.calibration, "");  // the user's cache folder
+  EXPECT_EQ(config.transport.calibration, "");  // the user's cache folder
   config.set("calibration", "off");
-  EXPECT_EQ(config.calibration, "off");
+  EXPECT_EQ(config.transport.calibration, "off");
   config.set("calibration", "/tmp/costs");
-  EXPECT_EQ(config.calibration, "/tmp/costs");
+  EXPECT_EQ(config.transport.calibration, "/tmp/costs");
   EXPECT_HAS_SUBSTR(config_error_message([&] { config.set("calibration", "a\nb"); }),
                     "option 'calibration' must not hold control characters");
 }
@@ -149,8 +149,8 @@ TEST(ConfigTest, ElasticJobsRunOnGlooOnly) {
   Config config;
   config.set("generation", "2");
   config.set("restart-count", "1");
-  EXPECT_EQ(config.generation, 2);
-  EXPECT_EQ(config.restart_count, 1);
+  EXPECT_EQ(config.elastic.generation, 2);
+  EXPECT_EQ(config.elastic.restart_count, 1);
   for (const char* engine : {"local", "mpi"}) {
     config.set("engine", engine);
     const std::string message = config_error_message([&] { config.validate(); });
@@ -174,7 +174,7 @@ TEST(ConfigTest, ElasticJobsRunOnGlooOnly) {
 TEST(ConfigTest, HeartbeatNeedsItsStore) {
   Config config;
   config.set("heartbeat", "250ms");
-  EXPECT_EQ(config.heartbeat, milliseconds(250));
+  EXPECT_EQ(config.elastic.heartbeat, milliseconds(250));
   EXPECT_HAS_SUBSTR(config_error_message([&] { config.validate(); }), "REPLICATOR_HEARTBEAT_STORE");
   config.set("heartbeat-store", "file:///tmp/job/gen0");
   EXPECT_NO_THROW(config.validate());
@@ -191,8 +191,8 @@ TEST(ConfigTest, EngineOptions) {
   config.set("store", "file:///tmp/rendezvous");
   config.set("world-size", "2");
   config.set("rank", "1");
-  EXPECT_EQ(config.rank, 1);
-  EXPECT_EQ(config.world_size, 2);
+  EXPECT_EQ(config.gloo.rank, 1);
+  EXPECT_EQ(config.gloo.world_size, 2);
   config.set("rank", "2");
   EXPECT_THROW(config.validate(), ConfigError);  // rank must be below world-size
   EXPECT_THROW(config.set("engine", "nccl"), ConfigError);
@@ -229,9 +229,9 @@ TEST(ConfigTest, ControlBytesAreEscapedInErrorsAndRefusedInText) {
       EXPECT_NE(std::string(e.what()).find("\\x0ab'"), std::string::npos) << e.what();
     }
   }
-  EXPECT_EQ(config.host, Config{}.host);
-  EXPECT_EQ(config.job, Config{}.job);
-  EXPECT_TRUE(config.store.empty());
+  EXPECT_EQ(config.gloo.host, Config{}.gloo.host);
+  EXPECT_EQ(config.gloo.job, Config{}.gloo.job);
+  EXPECT_TRUE(config.gloo.store.empty());
 }
 
 // ---- parse_duration ---------------------------------------------------------------------
@@ -429,11 +429,11 @@ TEST(ConfigFromEnvTest, ReadsEveryVariable) {
   EXPECT_EQ(config.local_replicas, 3);
   EXPECT_EQ(config.timeout, milliseconds(750));
   EXPECT_EQ(config.spin, microseconds(0));
-  EXPECT_EQ(config.flight_recorder_size, 64);
-  EXPECT_EQ(config.trace_dir, "/tmp/dumps");
-  EXPECT_EQ(config.timeline, "run.json");
-  EXPECT_FALSE(config.trace_signal);
-  EXPECT_FALSE(config.shared_memory);
+  EXPECT_EQ(config.trace.flight_recorder_size, 64);
+  EXPECT_EQ(config.trace.dir, "/tmp/dumps");
+  EXPECT_EQ(config.trace.timeline, "run.json");
+  EXPECT_FALSE(config.trace.signal);
+  EXPECT_FALSE(config.transport.shared_memory);
 }
 
 TEST(ConfigFromEnvTest, BadValueNamesVariableAndValue) {

@@ -270,7 +270,7 @@ TEST(FlightRecorderSummaryTest, TimeoutEndsWithALinePerReplicaNamingTheLateOne) 
 TEST(FlightRecorderSummaryTest, DumpInTraceDirParsesAndHoldsEveryReplica) {
   TempDir dir;
   Config config = with_replicas(3, milliseconds(200));
-  config.trace_dir = (dir.path() / "dumps").string();  // made by the Replicator
+  config.trace.dir = (dir.path() / "dumps").string();  // made by the Replicator
   Replicator repl(config);
   repl.run([](ReplicaContext& ctx) {
     std::vector<double> v(8);
@@ -285,7 +285,7 @@ TEST(FlightRecorderSummaryTest, DumpInTraceDirParsesAndHoldsEveryReplica) {
   ASSERT_NE(at, std::string::npos) << message;
   const std::string path =
       message.substr(at + marker.size(), message.find("):", at) - at - marker.size());
-  ASSERT_EQ(fs::path(path).parent_path(), fs::path(config.trace_dir));
+  ASSERT_EQ(fs::path(path).parent_path(), fs::path(config.trace.dir));
   std::ifstream in(path);
   ASSERT_TRUE(in) << path;
   const nlohmann::json dump = nlohmann::json::parse(in);
@@ -320,7 +320,7 @@ TEST(FlightRecorderSummaryTest, DumpInTraceDirParsesAndHoldsEveryReplica) {
   }
   // Nothing half-written is left beside it.
   int files = 0;
-  for (const auto& entry : fs::directory_iterator(config.trace_dir)) {
+  for (const auto& entry : fs::directory_iterator(config.trace.dir)) {
     EXPECT_EQ(entry.path().extension(), ".json") << entry.path();
     ++files;
   }
@@ -369,7 +369,7 @@ std::vector<fs::path> files_in(const fs::path& dir) {
 TEST(SignalDumpTest, SigusrDumpsALiveJob) {
   TempDir dir;
   Config config = with_replicas(2, milliseconds(60'000));
-  config.trace_dir = dir.path().string();
+  config.trace.dir = dir.path().string();
   Replicator repl(config);
   harness::CountDown second_issued(1);
   nlohmann::json dump;
@@ -425,7 +425,7 @@ TEST(SignalDumpTest, ProgramHandlerKeepsWorkingAndComesBack) {
   {
     TempDir dir;
     Config config = with_replicas(2, milliseconds(60'000));
-    config.trace_dir = dir.path().string();
+    config.trace.dir = dir.path().string();
     Replicator repl(config);
     program_handler_calls = 0;
     kill(getpid(), SIGUSR1);
@@ -441,7 +441,7 @@ TEST(SignalDumpTest, ProgramHandlerKeepsWorkingAndComesBack) {
 
 TEST(SignalDumpTest, OffLeavesSigusrAlone) {
   Config config = with_replicas(1, milliseconds(1000));
-  config.trace_signal = false;
+  config.trace.signal = false;
   Replicator repl(config);
   struct sigaction now {};
   ASSERT_EQ(sigaction(SIGUSR1, nullptr, &now), 0);
@@ -473,7 +473,7 @@ TEST(TimelineTest, PathPerProcess) {
 TEST(TimelineTest, OneTrackPerReplicaWithEveryStepAndCollective) {
   TempDir dir;
   Config config = with_replicas(3, milliseconds(60'000));
-  config.timeline = (dir.path() / "run.json").string();
+  config.trace.timeline = (dir.path() / "run.json").string();
   constexpr int kBarriers = 1500;  // more than a chunk: the writer thread runs midway
   {
     Replicator repl(config);
@@ -490,7 +490,7 @@ TEST(TimelineTest, OneTrackPerReplicaWithEveryStepAndCollective) {
       for (int i = 0; i < kBarriers; ++i) ctx.barrier();
     });
   }
-  std::ifstream in(config.timeline);
+  std::ifstream in(config.trace.timeline);
   ASSERT_TRUE(in);
   const nlohmann::json trace = nlohmann::json::parse(in);
   ASSERT_TRUE(trace.is_array());
@@ -547,12 +547,12 @@ TEST(TimelineTest, OneTrackPerReplicaWithEveryStepAndCollective) {
 TEST(TimelineTest, UncreatableFileIsConfigError) {
   TempDir dir;
   Config config = with_replicas(1, milliseconds(1000));
-  config.timeline = (dir.path() / "missing-folder" / "run.json").string();
+  config.trace.timeline = (dir.path() / "missing-folder" / "run.json").string();
   try {
     Replicator repl(config);
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_HAS_SUBSTR(std::string(e.what()), config.timeline);
+    EXPECT_HAS_SUBSTR(std::string(e.what()), config.trace.timeline);
     EXPECT_HAS_SUBSTR(std::string(e.what()), "No such file or directory");
   }
 }
@@ -583,8 +583,8 @@ struct SlowReplica {
 // Runs that job; with `timeline` (a file's path), writes its timeline there.
 SlowReplica run_with_a_slow_replica(const std::string& timeline = "") {
   Config config = with_replicas(3, milliseconds(30'000));
-  config.straggler_after = milliseconds(100);
-  if (!timeline.empty()) config.timeline = timeline;
+  config.trace.straggler_after = milliseconds(100);
+  if (!timeline.empty()) config.trace.timeline = timeline;
   std::atomic<std::uint32_t> barrier_line{0}, reduce_line{0};
   Replicator repl(config);
   testing::internal::CaptureStderr();
@@ -664,8 +664,8 @@ TEST(StragglerTest, NoLineWhenEveryoneArrivesInTimeOrWhenOff) {
   for (const milliseconds after : {milliseconds(0), milliseconds(-1)}) {
     TempDir dir;
     Config config = with_replicas(2, milliseconds(2'000));
-    config.straggler_after = after;
-    config.timeline = (dir.path() / "run.json").string();
+    config.trace.straggler_after = after;
+    config.trace.timeline = (dir.path() / "run.json").string();
     std::string err;
     {
       Replicator repl(config);
@@ -683,7 +683,7 @@ TEST(StragglerTest, NoLineWhenEveryoneArrivesInTimeOrWhenOff) {
       err = testing::internal::GetCapturedStderr();
     }
     EXPECT_TRUE(straggler_lines(err).empty()) << err;
-    EXPECT_TRUE(straggler_events(config.timeline).empty());
+    EXPECT_TRUE(straggler_events(config.trace.timeline).empty());
   }
   Config config;
   config.timeout = milliseconds(60'000);
@@ -749,9 +749,9 @@ TEST(TraceConfigTest, BadValuesAreConfigErrors) {
   EXPECT_THROW(config.set("trace-dir", ""), ConfigError);
   EXPECT_THROW(config.set("timeline", ""), ConfigError);
   config.set("flight-recorder-size", "0");
-  EXPECT_EQ(config.flight_recorder_size, 0);
+  EXPECT_EQ(config.trace.flight_recorder_size, 0);
   config.set("trace-signal", "off");
-  EXPECT_FALSE(config.trace_signal);
+  EXPECT_FALSE(config.trace.signal);
 }
 
 TEST(TraceConfigTest, UnwritableTraceDirIsConfigError) {
@@ -759,12 +759,12 @@ TEST(TraceConfigTest, UnwritableTraceDirIsConfigError) {
   const fs::path file = dir.path() / "a-file";
   std::ofstream(file) << "x";
   Config config = with_replicas(1, milliseconds(1000));
-  config.trace_dir = (file / "dumps").string();
+  config.trace.dir = (file / "dumps").string();
   try {
     Replicator repl(config);
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_HAS_SUBSTR(std::string(e.what()), config.trace_dir);
+    EXPECT_HAS_SUBSTR(std::string(e.what()), config.trace.dir);
   }
 }
 

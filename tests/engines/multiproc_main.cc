@@ -285,7 +285,7 @@ int local_mismatch(const Config& config) {
   int index = 0;
   for (const auto& [name, call] : mismatch_cases()) {
     Config c = config;
-    c.job = config.job + "-mismatch-" + std::to_string(index++);
+    c.gloo.job = config.gloo.job + "-mismatch-" + std::to_string(index++);
     Replicator repl(c);
     const int last = repl.num_replicas() - 1;
     // What each local replica caught in its step (empty: nothing, as a replica whose

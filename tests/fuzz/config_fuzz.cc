@@ -24,8 +24,9 @@ namespace {
 constexpr std::chrono::microseconds kYear = std::chrono::hours(24 * 365);
 
 bool fields_equal(const replicator::Config& a, const replicator::Config& b) {
-  return a.local_replicas == b.local_replicas && a.engine == b.engine && a.rank == b.rank &&
-         a.world_size == b.world_size && a.store == b.store && a.host == b.host && a.job == b.job &&
+  return a.local_replicas == b.local_replicas && a.engine == b.engine &&
+         a.gloo.rank == b.gloo.rank && a.gloo.world_size == b.gloo.world_size &&
+         a.gloo.store == b.gloo.store && a.gloo.host == b.gloo.host && a.gloo.job == b.gloo.job &&
          a.timeout == b.timeout && a.spin == b.spin && a.host_processes == b.host_processes;
 }
 
@@ -34,9 +35,11 @@ void check_ranges(const replicator::Config& c) {
   require(c.timeout >= std::chrono::milliseconds(1) && c.timeout <= kYear,
           "timeout in 1ms..a year");
   require(c.spin >= std::chrono::microseconds(0) && c.spin <= kYear, "spin in 0..a year");
-  require(c.rank >= 0 && c.world_size >= 1 && c.host_processes >= 1, "counts and ranks >= 0");
-  require(!c.host.empty() && !c.job.empty(), "host and job are not empty");
-  require(!rd::has_control(c.host) && !rd::has_control(c.job) && !rd::has_control(c.store),
+  require(c.gloo.rank >= 0 && c.gloo.world_size >= 1 && c.host_processes >= 1,
+          "counts and ranks >= 0");
+  require(!c.gloo.host.empty() && !c.gloo.job.empty(), "host and job are not empty");
+  require(!rd::has_control(c.gloo.host) && !rd::has_control(c.gloo.job) &&
+              !rd::has_control(c.gloo.store),
           "host, job and store hold no control byte");
 }
 

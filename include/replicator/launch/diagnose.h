@@ -1,5 +1,5 @@
 // One verdict for a whole job from its processes' flight-recorder dumps
-// (Config::trace_dir / REPLICATOR_TRACE_DIR: flight_recorder.rank<R>.pid<P>.<N>.json, written
+// (Config::Trace::dir / REPLICATOR_TRACE_DIR: flight_recorder.rank<R>.pid<P>.<N>.json, written
 // when run() throws and on SIGUSR1). `replicator diagnose DIR` prints it.
 //
 // The verdict says who stopped first (the replica whose last collective is furthest behind,
