@@ -83,6 +83,7 @@ class ShardReduce {
     std::vector<std::byte> partial;  // accumulators (reduce_kernel.h's partial_size each)
   };
   void fold(Block block);
+  std::vector<std::byte> take_partial();
 
   ReplicaContext& ctx_;
   int shards_;
@@ -94,6 +95,16 @@ class ShardReduce {
   int next_;                   // the next shard add() takes
   std::vector<Block> blocks_;  // the canonical subtrees folded so far, in shard order
   std::uint64_t signature_;    // of (S, op, dtype, count), for the collectives' check
+  // Every replica's canonical subtrees (fixed by S and R) and the most any replica has.
+  std::vector<std::vector<ShardRange>> all_blocks_;
+  std::size_t most_ = 0;
+  // Kept from step to step, so that a step allocates nothing: accumulators of folded or
+  // reduced subtrees, what goes to each owner and comes back, this replica's slice and the
+  // gathered result (where the slices do not tile the output exactly).
+  std::vector<std::vector<std::byte>> spare_;
+  std::vector<std::byte> sent_, received_, mine_, gathered_;
+  std::vector<const void*> inputs_;
+  std::vector<int> sizes_;
 };
 
 }  // namespace replicator

@@ -74,7 +74,21 @@ ShardReduce::ShardReduce(ReplicaContext& ctx, int shards, DType dtype, std::size
       signature_(mix(
           mix(mix(mix(0x5a4d, static_cast<std::uint64_t>(shards)), static_cast<std::uint64_t>(op)),
               static_cast<std::uint64_t>(dtype)),
-          count)) {}
+          count)) {
+  const int replicas = ctx.num_replicas();
+  all_blocks_.resize(static_cast<std::size_t>(replicas));
+  for (int i = 0; i < replicas; ++i) {
+    all_blocks_[i] = canonical_blocks(shard_range(shards_, replicas, i), shards_);
+    most_ = std::max(most_, all_blocks_[i].size());
+  }
+}
+
+std::vector<std::byte> ShardReduce::take_partial() {
+  if (spare_.empty()) return std::vector<std::byte>(count_ * partial_bytes_);
+  std::vector<std::byte> partial = std::move(spare_.back());
+  spare_.pop_back();
+  return partial;
+}
 
 void ShardReduce::add(int shard, Buffer values) {
   if (shard != next_) {
@@ -91,7 +105,7 @@ void ShardReduce::add(int shard, Buffer values) {
                           std::string(to_string(values.dtype)) + ", the reduction " +
                           std::to_string(count_) + " of " + std::string(to_string(dtype_)));
   }
-  Block leaf{{shard, shard + 1}, std::vector<std::byte>(count_ * partial_bytes_)};
+  Block leaf{{shard, shard + 1}, take_partial()};  // written whole by the kernel
   const void* input = values.data;
   void* output = leaf.partial.data();
   detail::tree_reduce({.op = op_,
@@ -130,6 +144,7 @@ void ShardReduce::fold(Block block) {
                          .count = count_},
                         scratch_for(2));
     a.shards.last = b.shards.last;
+    spare_.push_back(std::move(blocks_.back().partial));
     blocks_.pop_back();
   }
 }
@@ -147,58 +162,58 @@ void ShardReduce::all_reduce(Buffer output, Deadline timeout, CallSite where) {
   }
   const int replicas = ctx_.num_replicas();
   const int me = ctx_.replica_id();
-  // Every replica's subtrees, known to all: replica i sends k_i partials of each slice.
-  std::vector<std::vector<ShardRange>> blocks(replicas);
-  std::size_t most = 0;
-  for (int i = 0; i < replicas; ++i) {
-    blocks[i] = canonical_blocks(shard_range(shards_, replicas, i), shards_);
-    most = std::max(most, blocks[i].size());
-  }
+  // Replica i sends each owner k_i partials of the owner's slice (all_blocks_[i]).
   const std::size_t slice = (count_ + replicas - 1) / replicas;  // elements per owner
-  const std::size_t chunk = most * slice * partial_bytes_;       // bytes to each owner
+  const std::size_t chunk = most_ * slice * partial_bytes_;      // bytes to each owner
   const auto slice_count = [&](int j) {
     const std::size_t begin = std::min(count_, j * slice);
     return std::min(count_, begin + slice) - begin;
   };
-  std::vector<std::byte> sent(chunk * replicas);
+  sent_.resize(chunk * replicas);
+  received_.resize(sent_.size());
   for (int j = 0; j < replicas; ++j) {
     for (std::size_t b = 0; b < blocks_.size(); ++b) {
-      std::memcpy(sent.data() + j * chunk + b * slice * partial_bytes_,
+      std::memcpy(sent_.data() + j * chunk + b * slice * partial_bytes_,
                   blocks_[b].partial.data() + j * slice * partial_bytes_,
                   slice_count(j) * partial_bytes_);
     }
   }
-  std::vector<std::byte> received(sent.size());
   const CollectiveOptions options{.timeout = timeout, .signature = signature_};
-  ctx_.all_to_all(Buffer{sent.data(), sent.size(), DType::kU8},
-                  Buffer{received.data(), received.size(), DType::kU8}, options, where);
+  ctx_.all_to_all(Buffer{sent_.data(), sent_.size(), DType::kU8},
+                  Buffer{received_.data(), received_.size(), DType::kU8}, options, where);
   // This replica owns slice `me`: every replica's subtrees of it, in shard order.
-  std::vector<const void*> inputs;
-  std::vector<int> sizes;
+  inputs_.clear();
+  sizes_.clear();
   for (int i = 0; i < replicas; ++i) {
-    for (std::size_t b = 0; b < blocks[i].size(); ++b) {
-      inputs.push_back(received.data() + i * chunk + b * slice * partial_bytes_);
-      sizes.push_back(blocks[i][b].size());
+    for (std::size_t b = 0; b < all_blocks_[i].size(); ++b) {
+      inputs_.push_back(received_.data() + i * chunk + b * slice * partial_bytes_);
+      sizes_.push_back(all_blocks_[i][b].size());
     }
   }
   const std::size_t element = dtype_size(dtype_);
-  std::vector<std::byte> mine(slice * element);
-  void* out = mine.data();
+  mine_.resize(slice * element);
+  void* out = mine_.data();
   detail::tree_reduce({.op = op_,
                        .dtype = dtype_,
-                       .inputs = inputs.data(),
-                       .n = static_cast<int>(inputs.size()),
-                       .sizes = sizes.data(),
+                       .inputs = inputs_.data(),
+                       .n = static_cast<int>(inputs_.size()),
+                       .sizes = sizes_.data(),
                        .inputs_partial = true,
                        .outputs = &out,
                        .num_outputs = 1,
                        .count = slice_count(me),
                        .divisor = static_cast<std::size_t>(shards_)},
-                      scratch_for(static_cast<int>(inputs.size())));
-  std::vector<std::byte> gathered(slice * element * replicas);
-  ctx_.all_gather(Buffer{mine.data(), slice, dtype_},
-                  Buffer{gathered.data(), slice * replicas, dtype_}, options, where);
-  if (count_ > 0) std::memcpy(output.data, gathered.data(), count_ * element);
+                      scratch_for(static_cast<int>(inputs_.size())));
+  // Where the slices tile the output, the owners' slices are gathered into it directly.
+  if (slice * replicas == count_) {
+    ctx_.all_gather(Buffer{mine_.data(), slice, dtype_}, output, options, where);
+  } else {
+    gathered_.resize(slice * element * replicas);
+    ctx_.all_gather(Buffer{mine_.data(), slice, dtype_},
+                    Buffer{gathered_.data(), slice * replicas, dtype_}, options, where);
+    if (count_ > 0) std::memcpy(output.data, gathered_.data(), count_ * element);
+  }
+  for (Block& block : blocks_) spare_.push_back(std::move(block.partial));
   blocks_.clear();
   next_ = range_.first;
 }
