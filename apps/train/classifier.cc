@@ -219,10 +219,7 @@ TrainResult train_classifier(const TrainOptions& o) {
   train::Job job(o);
   const int R = job.num_replicas();
   check_batch(job, o);
-  if (o.shards > 0) {
-    job.state_conditions(std::to_string(o.shards) + " shards of a batch of " +
-                         std::to_string(o.batch));
-  }
+  if (o.shards > 0) job.state_shards(o.shards, o.batch);
   return job.run([&](ReplicaContext& ctx) {
     ResNet model = job.build_model(ctx, [&] {
       ResNet m(ResNetOptions{.channels_last = o.channels_last});

@@ -351,10 +351,7 @@ GanResult train_gan(const GanOptions& o) {
   train::Job job(o);
   const int R = job.num_replicas();
   check_gan_batch(o, R);
-  if (o.shards > 0) {
-    job.state_conditions(std::to_string(o.shards) + " shards of a batch of " +
-                         std::to_string(o.global_batch));
-  }
+  if (o.shards > 0) job.state_shards(o.shards, o.global_batch);
   return job.run([&](ReplicaContext& ctx) {
     const Rows mine = rows_of(o, R, ctx.replica_id());
     GanModels models = job.build_model(ctx, [&] {

@@ -109,8 +109,7 @@ int unrolls_per_replica(Job& job, const ImpalaOptions& o) {
                           " learner replicas: the batch must be a multiple of the shards, and "
                           "each replica takes at least one shard");
   }
-  job.state_conditions(std::to_string(o.shards) + " shards of a batch of " +
-                       std::to_string(o.batch) + " unrolls");
+  job.state_shards(o.shards, o.batch, "unrolls");
   return (o.shards + R - 1) / R * (o.batch / o.shards);
 }
 

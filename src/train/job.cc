@@ -50,6 +50,11 @@ void Job::state_conditions(const std::string& terms) {
   conditions_ += rt::kernel_conditions();
 }
 
+void Job::state_shards(int shards, std::int64_t batch, const std::string& unit) {
+  state_conditions(std::to_string(shards) + " shards of a batch of " + std::to_string(batch) +
+                   (unit.empty() ? "" : " " + unit));
+}
+
 JobReplica::JobReplica(Job& job, ReplicaContext& ctx, ::torch::nn::Module& model,
                        rt::Optimizers optimizers)
     : job_(job), ctx_(ctx), model_(model), optimizers_(std::move(optimizers)) {

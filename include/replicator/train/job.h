@@ -98,6 +98,10 @@ class Job {
   // the text into its checkpoints and refuses to resume from a checkpoint that states
   // other conditions. Call before run(). Never blocks or throws.
   void state_conditions(const std::string& terms);
+  // state_conditions() for a job whose step is split into `shards` logical shards of a
+  // global batch of `batch` (`unit`, e.g. "unrolls", after the count when given): "8 shards
+  // of a batch of 64". Call before run(). Never blocks or throws.
+  void state_shards(int shards, std::int64_t batch, const std::string& unit = "");
   // What state_conditions() made of its terms; empty before (nothing is checked then).
   const std::string& conditions() const { return conditions_; }
 
