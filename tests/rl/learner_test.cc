@@ -200,6 +200,16 @@ std::vector<float> learn(int R, const std::vector<std::vector<Unroll>>& batches,
   return params[0];
 }
 
+// The largest difference between `a` and `b` relative to |a| (at least 1e-3).
+double worst_relative(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double scale = std::max(1e-3, static_cast<double>(std::abs(a[i])));
+    worst = std::max(worst, std::abs(static_cast<double>(b[i]) - a[i]) / scale);
+  }
+  return worst;
+}
+
 TEST(LearnerTest, TwoReplicasOnSharesEqualOneOnTheWholeBatch) {
   std::vector<std::vector<Unroll>> batches;
   for (std::uint32_t k = 0; k < 3; ++k) batches.push_back(synthetic_unrolls(8, 5, 100 + k));
@@ -207,13 +217,9 @@ TEST(LearnerTest, TwoReplicasOnSharesEqualOneOnTheWholeBatch) {
   const std::vector<float> two = learn(2, batches);
   const std::vector<float> four = learn(4, batches);
   ASSERT_EQ(one.size(), two.size());
-  double worst = 0;
-  for (std::size_t i = 0; i < one.size(); ++i) {
-    const double scale = std::max(1e-3, static_cast<double>(std::abs(one[i])));
-    worst = std::max(worst, std::abs(static_cast<double>(two[i]) - one[i]) / scale);
-    worst = std::max(worst, std::abs(static_cast<double>(four[i]) - one[i]) / scale);
-  }
-  EXPECT_LT(worst, 1e-5);
+  ASSERT_EQ(one.size(), four.size());
+  EXPECT_LT(worst_relative(one, two), 1e-5);
+  EXPECT_LT(worst_relative(one, four), 1e-5);
   // The same replica count gives the same bits, run after run.
   EXPECT_EQ(learn(2, batches), two);
   // The parameters moved.
@@ -231,12 +237,7 @@ TEST(LearnerTest, OnShardsEveryReplicaCountGivesTheSameBits) {
   // The sum over shards is the whole batch's gradient up to rounding.
   const std::vector<float> plain = learn(1, batches);
   ASSERT_EQ(plain.size(), one.size());
-  double worst = 0;
-  for (std::size_t i = 0; i < one.size(); ++i) {
-    const double scale = std::max(1e-3, static_cast<double>(std::abs(one[i])));
-    worst = std::max(worst, std::abs(static_cast<double>(plain[i]) - one[i]) / scale);
-  }
-  EXPECT_LT(worst, 1e-4);
+  EXPECT_LT(worst_relative(one, plain), 1e-4);
 }
 
 TEST(LearnerTest, OnShardsAShareThatDoesNotSplitIsRefused) {
