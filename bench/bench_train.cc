@@ -40,6 +40,8 @@ namespace replicator::apps {
 namespace {
 
 using bench::result_with;
+using launch::blas_description;
+using launch::MemoryMode;
 using launch::quote;
 using launch::run_capture;
 using launch::self_path;
@@ -101,8 +103,7 @@ double images_per_s_of(const std::string& output, const std::string& command) {
   return result_with(output, "images_per_s", command)["images_per_s"].get<double>();
 }
 
-std::string command_for(const BenchTrainFlags& f, const Configuration& c,
-                        launch::MemoryMode memory) {
+std::string command_for(const BenchTrainFlags& f, const Configuration& c, MemoryMode memory) {
   const std::string self = quote(self_path());
   const std::string mode(to_string(memory));
   const bool gan = f.job.name == "gan";
@@ -137,9 +138,9 @@ std::string command_for(const BenchTrainFlags& f, const Configuration& c,
 }
 
 int run_bench_train(const BenchTrainFlags& f) {
-  std::vector<launch::MemoryMode> memories;
-  if (f.memory == "both" || f.memory == "keep") memories.push_back(launch::MemoryMode::kKeep);
-  if (f.memory == "both" || f.memory == "system") memories.push_back(launch::MemoryMode::kSystem);
+  std::vector<MemoryMode> memories;
+  if (f.memory == "both" || f.memory == "keep") memories.push_back(MemoryMode::kKeep);
+  if (f.memory == "both" || f.memory == "system") memories.push_back(MemoryMode::kSystem);
   std::vector<Configuration> configs;
   for (const Configuration& c : all_configurations()) {
     if (c.sharded && f.job.name != "train") continue;
@@ -176,7 +177,7 @@ int run_bench_train(const BenchTrainFlags& f) {
   // images/s per (configuration, memory), repeats interleaved.
   std::map<std::pair<std::string, int>, std::vector<double>> rates;
   for (int r = 0; r < f.repeats; ++r) {
-    for (const launch::MemoryMode memory : memories) {
+    for (const MemoryMode memory : memories) {
       for (const Configuration& c : configs) {
         const std::string command = command_for(flags, c, memory);
         const double rate = images_per_s_of(run_capture(command), command);
@@ -189,19 +190,18 @@ int run_bench_train(const BenchTrainFlags& f) {
     }
   }
 
-  const auto med = [&](const std::string& name, launch::MemoryMode m) {
+  const auto med = [&](const std::string& name, MemoryMode m) {
     const auto it = rates.find({name, static_cast<int>(m)});
     return it == rates.end() ? 0.0 : median(it->second);
   };
   if (!f.json) {
     std::printf(
         "# %s throughput: batch %d, %d timed steps after %d, median [min..max] of %d runs; %s\n",
-        f.job.name.c_str(), f.batch, f.steps, f.warmup, f.repeats,
-        launch::blas_description().c_str());
+        f.job.name.c_str(), f.batch, f.steps, f.warmup, f.repeats, blas_description().c_str());
     std::printf("%-17s %-9s %9s %8s %7s %-7s %10s %21s %9s\n", "config", "engine", "processes",
                 "replicas", "threads", "memory", "images/s", "[min..max]", "vs 1x1");
   }
-  for (const launch::MemoryMode memory : memories) {
+  for (const MemoryMode memory : memories) {
     const double base = med("local-1x1", memory);
     for (const Configuration& c : configs) {
       const std::vector<double>& v = rates[{c.name, static_cast<int>(memory)}];
@@ -233,7 +233,7 @@ int run_bench_train(const BenchTrainFlags& f) {
     }
   }
   if (!f.json) {
-    const launch::MemoryMode k = launch::MemoryMode::kKeep;
+    const MemoryMode k = MemoryMode::kKeep;
     const double two = med("local-2x1", k);
     const auto ratio = [&](const char* label, double num, double den) {
       if (num > 0 && den > 0) std::printf("# %-48s %.2f\n", label, num / den);
@@ -252,8 +252,8 @@ int run_bench_train(const BenchTrainFlags& f) {
           med("ddp-gloo-2x1-cl", k));
     ratio("local 2x1 on shards / local 2x1 (keep)", med("local-2x1-shards", k), two);
     ratio("memory keep / system, local 1x1", med("local-1x1", k),
-          med("local-1x1", launch::MemoryMode::kSystem));
-    ratio("memory keep / system, local 2x1", two, med("local-2x1", launch::MemoryMode::kSystem));
+          med("local-1x1", MemoryMode::kSystem));
+    ratio("memory keep / system, local 2x1", two, med("local-2x1", MemoryMode::kSystem));
   }
   return 0;
 }

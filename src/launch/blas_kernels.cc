@@ -50,6 +50,8 @@ std::string better_openblas_core(std::string_view core, CpuFeatures cpu) {
   return "";
 }
 
+// Called first in main(), before any thread starts: the environment is this process's alone.
+// NOLINTBEGIN(concurrency-mt-unsafe)
 void choose_blas_kernels(char** argv) {
   const CoreName corename = openblas_corename();
   if (corename == nullptr) return;
@@ -65,6 +67,7 @@ void choose_blas_kernels(char** argv) {
   if (!threads_set) ::unsetenv("OPENBLAS_NUM_THREADS");
   if (!better.empty()) ::unsetenv("OPENBLAS_CORETYPE");
 }
+// NOLINTEND(concurrency-mt-unsafe)
 
 std::string blas_description() {
   const CoreName corename = openblas_corename();

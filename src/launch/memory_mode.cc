@@ -20,6 +20,9 @@ constexpr const char* kMarker = "REPLICATOR_MEMORY_REEXEC";
 
 bool jemalloc_active() { return ::dlsym(RTLD_DEFAULT, "mallctl") != nullptr; }
 
+// Both run first in main(), before any thread starts: the environment and malloc's settings
+// are this process's alone then.
+// NOLINTBEGIN(concurrency-mt-unsafe)
 void keep_with_glibc() {
   // glibc caps the mmap threshold at 32 MiB; trimming off; one arena, because glibc
   // unmaps a thread arena's heaps whenever they empty, whatever the trim threshold.
@@ -59,6 +62,7 @@ void apply_memory_mode(MemoryMode mode, char** argv) {
                kJemalloc);
   keep_with_glibc();
 }
+// NOLINTEND(concurrency-mt-unsafe)
 
 MemoryMode parse_memory_mode(const std::string& text) {
   if (text == "keep") return MemoryMode::kKeep;
