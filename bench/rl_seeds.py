@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Runs one reinforcement-learning job over N seeds and reports what holds for every seed.
 
-    bench/rl_seeds.py [--seeds 5] [--base 0] [--out DIR] [--threshold X] -- ARGS...
+    bench/rl_seeds.py [--seeds 5] [--base 0] [--out DIR] [--threshold X]
+                      [--reference LABEL=VALUE ...] -- ARGS...
 
 ARGS are the job's own (`train impala --env breakout --frames 5000000`, `train d4pg ...`);
 each seed runs `replicator ARGS --seed S --out DIR/seed-S --json --no-progress` in turn. The
@@ -12,7 +13,9 @@ finished result is not run again, and an unfinished one resumes from its newest 
 Prints, and writes into DIR: a table per seed (final mean return, frames, seconds, frames/s)
 with the mean, the 95 % interval of the mean (Student's t over the seeds), the worst seed and,
 with --threshold, how many seeds reached it (summary.md, summary.json); the learning curves,
-every seed thin and the mean with its 95 % band, beside the random policy (curve.png).
+every seed thin and the mean with its 95 % band, beside the random policy and any published
+figures given with --reference (markers at the last frame) (curve.png). Run again on a finished
+folder, it runs nothing and draws the chart anew.
 """
 
 import argparse
@@ -107,7 +110,19 @@ def band(curves, points=200):
     return grid, mean, mean - half, mean + half
 
 
-def plot(path, title, rows, random_return, threshold):
+def parse_reference(text):
+    """"LABEL=VALUE" (a published return at the run's last frame) -> (label, value)."""
+    label, sep, value = text.rpartition("=")
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not sep or not label or math.isnan(number):
+        raise argparse.ArgumentTypeError(f"--reference wants LABEL=VALUE, got {text!r}")
+    return label, number
+
+
+def plot(path, title, rows, random_return, threshold, references=()):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -125,6 +140,11 @@ def plot(path, title, rows, random_return, threshold):
         ax.axhline(random_return, color="grey", ls="--", lw=1, label="random policy")
     if threshold is not None:
         ax.axhline(threshold, color="tab:red", ls=":", lw=1, label=f"target {threshold:g}")
+    # Published figures are values at the end of a run, not curves: a marker at the last frame.
+    end = max((r["frames_curve"][-1] for r in rows), default=0)
+    for (label, value), marker in zip(references, "D^svP*"):
+        ax.plot([end], [value], marker=marker, ms=7, ls="none", color="tab:purple",
+                markerfacecolor="none", label=f"{label}: {value:g}")
     ax.set_title(title)
     ax.set_xlabel("frames")
     ax.set_ylabel("mean return (newest 100 episodes)")
@@ -178,6 +198,10 @@ def main():
                    help="folder of the runs and the summary (default: rl-seeds-<base>)")
     p.add_argument("--threshold", type=float, default=None,
                    help="a final mean return every seed should reach (counted and drawn)")
+    p.add_argument("--reference", type=parse_reference, action="append", default=[],
+                   metavar="LABEL=VALUE",
+                   help="a published return at the run's last frame, drawn as a marker there "
+                        "(repeatable), e.g. 'MinAtar paper, AC(0.8)=17.5'")
     p.add_argument("--build", type=Path, default=ROOT / "build", help="build folder")
     p.add_argument("args", nargs=argparse.REMAINDER, help="-- then the job's arguments")
     o = p.parse_args()
@@ -213,7 +237,7 @@ def main():
     print(text, end="")
     (out / "summary.md").write_text(text)
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    plot(out / "curve.png", title_of(args), rows, random_return, o.threshold)
+    plot(out / "curve.png", title_of(args), rows, random_return, o.threshold, o.reference)
     print(f"wrote {out / 'summary.md'}, {out / 'summary.json'}, {out / 'curve.png'}")
 
 
