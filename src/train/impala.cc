@@ -277,11 +277,12 @@ nlohmann::ordered_json remote_report(const LearnerShared& s, char* line, std::si
     nlohmann::ordered_json per_actor = nlohmann::ordered_json::array();
     for (const rl::RemoteActorStats& a : remote_stats.actors) {
       streaming += a.open_streams > 0 ? 1 : 0;
-      per_actor.push_back({{"actor", a.actor},
-                           {"frames_per_s", a.seconds > 0 ? a.frames / a.seconds : 0},
-                           {"unrolls", a.unrolls},
-                           {"reconnects", std::max(0, a.streams - 1)},
-                           {"streaming", a.open_streams > 0}});
+      per_actor.push_back(
+          {{"actor", a.actor},
+           {"frames_per_s", a.seconds > 0 ? static_cast<double>(a.frames) / a.seconds : 0},
+           {"unrolls", a.unrolls},
+           {"reconnects", std::max(0, a.streams - 1)},
+           {"streaming", a.open_streams > 0}});
     }
     remote_metrics = {{"remote_actors", streaming},
                       {"remote_unrolls", remote_stats.unrolls},
