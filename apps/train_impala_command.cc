@@ -136,7 +136,7 @@ Command add_train_impala(CLI::App& train, char** argv) {
       "--no-anneal", [&o](std::int64_t) { o.anneal = false; },
       "Keep the learning rate constant (default: it falls linearly to 0 over --frames)");
   app->add_option("--entropy-cost", o.entropy_cost,
-                  "Weight of the entropy bonus (default: 0.03 on the MinAtar games, else 0.01)");
+                  "Weight of the entropy bonus (default: 0.05 on the MinAtar games, else 0.01)");
   app->add_option("--baseline-cost", o.baseline_cost, "Weight of the value loss")
       ->capture_default_str();
   app->add_option("--discount", o.discount, "Discount factor")->capture_default_str();

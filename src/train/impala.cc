@@ -119,7 +119,7 @@ ImpalaOptions impala_defaults(const ImpalaOptions& options) {
   ImpalaOptions o = options;
   const bool minatar = rl::minatar_game(o.env);
   if (std::isnan(o.learning_rate)) o.learning_rate = minatar ? 4e-3 : 2e-3;
-  if (std::isnan(o.entropy_cost)) o.entropy_cost = minatar ? 0.03 : 0.01;
+  if (std::isnan(o.entropy_cost)) o.entropy_cost = minatar ? 0.05 : 0.01;
   return o;
 }
 

@@ -150,7 +150,7 @@ TEST(ImpalaDefaultsTest, TheMinAtarGamesGetTheirOwnAndGivenValuesStay) {
   o.env = "breakout";
   ImpalaOptions d = impala_defaults(o);
   EXPECT_EQ(d.learning_rate, 4e-3);
-  EXPECT_EQ(d.entropy_cost, 0.03);
+  EXPECT_EQ(d.entropy_cost, 0.05);
   o.env = "cartpole";
   d = impala_defaults(o);
   EXPECT_EQ(d.learning_rate, 2e-3);

@@ -44,7 +44,7 @@ struct ImpalaOptions : JobOptions {
   std::int64_t frames = 2'000'000;  // frames learned from (learner steps x batch x unroll)
   int hidden = 64;                  // the policy network's width
   // RMSProp's learning rate at the start and the entropy bonus's weight. NaN: the
-  // environment's defaults (impala_defaults): on the MinAtar games 4e-3 and 0.03, chosen by
+  // environment's defaults (impala_defaults): on the MinAtar games 4e-3 and 0.05, chosen by
   // a sweep over seeds on Breakout (bench/results/2026-12-06-breakout-seeds), else 2e-3 and
   // 0.01.
   double learning_rate = std::numeric_limits<double>::quiet_NaN();
