@@ -170,6 +170,18 @@ def test_a_stopped_backend_refuses_collectives():
         assert "stopped" in result["message"], result
 
 
+@pytest.mark.parametrize("asked", [False, True])
+def test_torch_recorder_hook_only_when_asked(asked):
+    # replicator records every collective itself; torch's recorder hook is attached to its
+    # groups only with REPLICATOR_TORCH_FLIGHT_RECORDER=on (a gloo group keeps torch's own).
+    env = {"REPLICATOR_TORCH_FLIGHT_RECORDER": "on"} if asked else {}
+    job = run_job("recorder", 2, env)
+    for rank in range(2):
+        result = _result(job, rank)
+        assert result["hooked"] is asked, result
+        assert result["value"] == 2.0, result
+
+
 # ---------------------------------------------------------------------------------------------
 # Workers (this file run as a script)
 
@@ -580,8 +592,25 @@ def worker_stopped(rank, world):
         _report(after_stop=_class_name(e), message=str(e))
 
 
+def worker_recorder(rank, world):
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    import replicator.torch  # noqa: F401
+
+    dist.init_process_group("replicator", timeout=timedelta(seconds=60))
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    hooks = dist.distributed_c10d._world.pg_flight_recorder_hooks
+    _report(hooked=dist.group.WORLD in hooks, value=t[0].item())
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__":
     workers = {"collectives": worker_collectives, "mismatch": worker_mismatch,
                "kill": worker_kill, "determinism": worker_determinism,
-               "left_alive": worker_left_alive, "stopped": worker_stopped}
+               "left_alive": worker_left_alive, "stopped": worker_stopped,
+               "recorder": worker_recorder}
     workers[sys.argv[1]](int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
