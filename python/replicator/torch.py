@@ -33,7 +33,6 @@ def _create(store, rank, size, timeout):
     return _replicator._create_backend(store, rank, size, timeout)
 
 
-
 def _records_itself():
     """Tells torch.distributed that groups on this backend alone need no recorder hook."""
     if os.environ.get("REPLICATOR_TORCH_FLIGHT_RECORDER", "off") in ("on", "1", "true"):
