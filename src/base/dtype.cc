@@ -64,7 +64,8 @@ std::uint16_t float16::from_float(float value) {
   const auto u = std::bit_cast<std::uint32_t>(value);
   const auto sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
   const std::uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);   // NaN
+  // NaN: quiet, with the top of its payload (as the F16C instructions convert it).
+  if (abs > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));
   if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // overflow, inf
   if (abs < 0x38800000u) {
     // Subnormal or zero in binary16: value = mantissa * 2^-24, rounded to nearest even.
