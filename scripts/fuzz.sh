@@ -22,6 +22,7 @@ if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=cc
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
   "${launcher[@]}" -DREPLICATOR_FUZZ=ON -DREPLICATOR_BUILD_TESTS=OFF \
   -DREPLICATOR_BUILD_APPS=OFF -DREPLICATOR_WITH_MPI=OFF -DREPLICATOR_WITH_GLOO=ON \
+  -DREPLICATOR_WITH_CUDA=OFF \
   -DREPLICATOR_WITH_TORCH=ON >/dev/null
 cmake --build "$build" -j"${JOBS:-2}" --target fuzz
 

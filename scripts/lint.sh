@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Lint checks of the C++ sources and CMake files:
-#   1. no line over 100 columns (*.h, *.cc, CMakeLists.txt, *.cmake, *.cmake.in);
-#   2. clang-format (the repository's .clang-format) leaves *.h and *.cc unchanged;
+#   1. no line over 100 columns (*.h, *.cc, *.cu, CMakeLists.txt, *.cmake, *.cmake.in);
+#   2. clang-format (the repository's .clang-format) leaves *.h, *.cc and *.cu unchanged;
 #   3. no function over 120 lines (scripts/function_size.py, the whole tree);
 #   4. clang-tidy (the repository's .clang-tidy) reports no warning in the repository's files.
 #
@@ -96,7 +96,7 @@ cxx_files=()
 length_files=()
 for f in "${files[@]}"; do
   case "$f" in
-    *.h | *.cc) cxx_files+=("$f"); length_files+=("$f") ;;
+    *.h | *.cc | *.cu) cxx_files+=("$f"); length_files+=("$f") ;;
     CMakeLists.txt | */CMakeLists.txt | *.cmake | *.cmake.in) length_files+=("$f") ;;
   esac
 done

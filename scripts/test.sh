@@ -32,7 +32,8 @@ echo "== install, and a project built against the installed package"
 
 echo "== ThreadSanitizer: core tests"
 core_only=(-DREPLICATOR_BUILD_TESTS=ON -DREPLICATOR_BUILD_APPS=OFF -DREPLICATOR_WITH_MPI=OFF
-  -DREPLICATOR_WITH_GLOO=OFF -DREPLICATOR_WITH_TORCH=OFF -DREPLICATOR_WITH_GRPC=OFF)
+  -DREPLICATOR_WITH_GLOO=OFF -DREPLICATOR_WITH_TORCH=OFF -DREPLICATOR_WITH_GRPC=OFF
+  -DREPLICATOR_WITH_CUDA=OFF)
 BUILD_TYPE=RelWithDebInfo "$root/scripts/build.sh" "$root/build-tsan" \
   -DREPLICATOR_SANITIZE=thread "${core_only[@]}"
 # The environments' conformance with their Python references is single-threaded: it runs in

@@ -31,6 +31,10 @@ struct Config {
   std::chrono::microseconds spin{50};
   // Processes of this job on this host (mpirun tells it; `replicator launch` sets it).
   int host_processes = 1;
+  // The devices replicas are bound to (replicator/device.h): "host" (none), "fake:N" (the
+  // fake device, for tests), "cuda" (every visible GPU) or "cuda:N". Replica r gets device
+  // r mod N; several replicas may share one device. ReplicaContext::device() tells it.
+  std::string devices = "host";
 
   // ---- how the engine carries bytes between the processes of one host ----
   struct Transport {
@@ -110,7 +114,7 @@ struct Config {
   // the bad value.
   static Config from_env();
 
-  // Sets one option by name ("local-replicas", "timeout", "spin", "host-processes",
+  // Sets one option by name ("local-replicas", "timeout", "spin", "host-processes", "devices",
   // "engine", "rank", "world-size", "store", "host", "job", "shared-memory", "generation",
   // "restart-count", "heartbeat", "heartbeat-store", "flight-recorder-size", "trace-dir",
   // "timeline", "trace-signal", "straggler-after") from its text form. The names are flat

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include "replicator/device.h"
+
 namespace replicator {
 
 enum class DType : std::uint8_t { kF32, kF64, kBF16, kF16, kI32, kI64, kU8 };
@@ -38,7 +40,7 @@ struct bfloat16 {
 };
 
 // float16: IEEE 754 binary16. Conversion from float rounds to nearest even, overflows to
-// infinity, keeps subnormals and NaN.
+// infinity, keeps subnormals; a NaN becomes a quiet NaN with the top of its payload.
 struct float16 {
   std::uint16_t bits = 0;
 
@@ -69,11 +71,13 @@ constexpr DType dtype_of() {
   if constexpr (std::is_same_v<T, std::uint8_t>) return DType::kU8;
 }
 
-// An untyped view of `count` elements of `dtype` at `data`: what the fused collectives take.
+// An untyped view of `count` elements of `dtype` at `data` on `device` (device.h): what the
+// fused collectives take.
 struct Buffer {
   void* data = nullptr;
   std::size_t count = 0;
   DType dtype = DType::kF32;
+  Device device{};
 
   template <typename T>
   static Buffer of(std::span<T> span) {

@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "replicator/call_site.h"
+#include "replicator/device.h"
 #include "replicator/dtype.h"
 #include "replicator/options.h"
 
@@ -54,6 +55,9 @@ class ReplicaContext {
   int num_replicas() const { return num_replicas_; }     // R, over all processes
   int local_replica_id() const { return local_id_; }     // 0..L-1 within this process
   int num_local_replicas() const { return num_local_; }  // L
+  // The device this replica is bound to (Config::devices: replica r gets device r mod N; the
+  // host when the job has no devices). Collectives take buffers on any device of that kind.
+  Device device() const { return device_; }
   // Number of collectives this replica has issued in the current run.
   std::uint64_t sequence() const { return sequence_; }
 
@@ -151,12 +155,13 @@ class ReplicaContext {
  private:
   friend class detail::WorkerPool;
   ReplicaContext(detail::Communicator* comm, int replica_id, int num_replicas, int local_id,
-                 int num_local)
+                 int num_local, Device device)
       : comm_(comm),
         replica_id_(replica_id),
         num_replicas_(num_replicas),
         local_id_(local_id),
-        num_local_(num_local) {}
+        num_local_(num_local),
+        device_(device) {}
   // The check every replica makes when its step function returns (its peers must not be
   // waiting in a collective).
   void end_step();
@@ -179,6 +184,7 @@ class ReplicaContext {
   int num_replicas_;
   int local_id_;
   int num_local_;
+  Device device_;
   std::uint64_t sequence_ = 0;
 };
 

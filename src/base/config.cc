@@ -6,6 +6,7 @@
 #include <string>
 #include <thread>
 
+#include "replicator/device.h"
 #include "replicator/errors.h"
 #include "src/base/launch_env.h"
 #include "src/base/text.h"
@@ -77,6 +78,9 @@ void Config::set(std::string_view name, std::string_view value) {
       throw ConfigError(what + " must be a process count >= 1, got " + detail::quoted(value));
     }
     host_processes = static_cast<int>(n);
+  } else if (name == "devices") {
+    parse_devices(value);  // throws ConfigError for a bad value
+    devices = std::string(value);
   } else if (name == "engine") {
     if (value == "local") {
       engine = Engine::kLocal;
@@ -177,27 +181,29 @@ void Config::set(std::string_view name, std::string_view value) {
 }
 
 std::vector<std::pair<std::string, std::string>> Config::options() {
-  return {{"local-replicas", "replicas (threads) in this process"},
-          {"timeout", "deadline of every blocking call, e.g. 30s"},
-          {"spin", "busy-wait before parking, e.g. 50us"},
-          {"host-processes", "processes of this job on this host"},
-          {"engine", "local, mpi or gloo"},
-          {"rank", "gloo: this process's rank"},
-          {"world-size", "gloo: number of processes"},
-          {"store", "gloo: rendezvous, file:///shared/dir or redis://host:port"},
-          {"host", "gloo: address the other processes reach this one at"},
-          {"job", "gloo: job name, keeps jobs sharing a store apart"},
-          {"shared-memory", "on or off: processes on one host talk through shared memory"},
-          {"calibration", "folder that keeps the transport's measured costs, or off"},
-          {"generation", "elastic jobs: the generation of this process (set by the agent)"},
-          {"restart-count", "elastic jobs: restarts before this generation (set by the agent)"},
-          {"heartbeat", "elastic jobs: interval of the heartbeat the agent watches, e.g. 1s"},
-          {"heartbeat-store", "elastic jobs: where the heartbeat goes (set by the agent)"},
-          {"flight-recorder-size", "collectives each replica's flight recorder keeps, 0: off"},
-          {"trace-dir", "folder for flight-recorder dumps (JSON)"},
-          {"timeline", "Chrome trace-event JSON file of every step and collective"},
-          {"trace-signal", "on or off: SIGUSR1 dumps the flight recorder"},
-          {"straggler-after", "wait that names the missing replicas, e.g. 5s, or off"}};
+  return {
+      {"local-replicas", "replicas (threads) in this process"},
+      {"timeout", "deadline of every blocking call, e.g. 30s"},
+      {"spin", "busy-wait before parking, e.g. 50us"},
+      {"host-processes", "processes of this job on this host"},
+      {"engine", "local, mpi or gloo"},
+      {"devices", "where replicas run: host, fake:N, cuda or cuda:N (replica r: device r mod N)"},
+      {"rank", "gloo: this process's rank"},
+      {"world-size", "gloo: number of processes"},
+      {"store", "gloo: rendezvous, file:///shared/dir or redis://host:port"},
+      {"host", "gloo: address the other processes reach this one at"},
+      {"job", "gloo: job name, keeps jobs sharing a store apart"},
+      {"shared-memory", "on or off: processes on one host talk through shared memory"},
+      {"calibration", "folder that keeps the transport's measured costs, or off"},
+      {"generation", "elastic jobs: the generation of this process (set by the agent)"},
+      {"restart-count", "elastic jobs: restarts before this generation (set by the agent)"},
+      {"heartbeat", "elastic jobs: interval of the heartbeat the agent watches, e.g. 1s"},
+      {"heartbeat-store", "elastic jobs: where the heartbeat goes (set by the agent)"},
+      {"flight-recorder-size", "collectives each replica's flight recorder keeps, 0: off"},
+      {"trace-dir", "folder for flight-recorder dumps (JSON)"},
+      {"timeline", "Chrome trace-event JSON file of every step and collective"},
+      {"trace-signal", "on or off: SIGUSR1 dumps the flight recorder"},
+      {"straggler-after", "wait that names the missing replicas, e.g. 5s, or off"}};
 }
 
 std::chrono::milliseconds Config::straggler_limit() const {
@@ -241,6 +247,7 @@ void Config::validate() const {
     throw ConfigError("flight_recorder_size must not be negative, got " +
                       std::to_string(trace.flight_recorder_size));
   }
+  parse_devices(devices);
   if (spin.count() < 0) {
     throw ConfigError("spin must not be negative, got " + std::to_string(spin.count()) + "us");
   }

@@ -42,12 +42,17 @@ void Communicator::collective(int me, std::uint64_t& sequence, const Call& call)
   Descriptor& d = engine_.descriptor(me, parity);
   d = Descriptor{.traits = &def.traits, .kind = call.kind, .call = call};
   def.describe(call, first + me, engine_.total(), d);
+  d.memory = memory_of(call);
   d.sequence = sequence++;
   FlightRecorder& recorder = recorders_[me];
   const auto start = LocalEngine::Clock::now();
   recorder.issue(d, start);
   try {
-    run(me, def, d, timeout, start);
+    if (d.memory == MemoryKind::kHost) {
+      run(me, def, d, timeout, start);
+    } else {
+      run_device(me, def, d, timeout, start);
+    }
   } catch (...) {
     // What every local replica was doing when the first collective failed, this replica
     // still in its collective.
@@ -58,8 +63,30 @@ void Communicator::collective(int me, std::uint64_t& sequence, const Call& call)
   recorder.finish(false);
 }
 
+void Communicator::run_device(int me, const CollectiveDef& def, Descriptor& d,
+                              std::chrono::milliseconds timeout,
+                              LocalEngine::Clock::time_point start) {
+  DeviceLane& device = lanes_[static_cast<std::size_t>(me)]->device;
+  const Call call = d.call;
+  if (!layout_ && engine_.total() > 1 && &def == &definition(OpKind::kAllReduce) &&
+      reduces_in_device(d.memory, engine_.size())) {
+    // The work issued on this replica's stream before the call is done before its peers
+    // read the buffers.
+    const auto used = std::find_if(call.buffers.begin(), call.buffers.end(),
+                                   [](const Buffer& b) { return b.count > 0; });
+    DeviceStream& stream = device.stream(used->device);
+    stream.synchronize();
+    return run(me, def, d, timeout, start, &stream);
+  }
+  d.call = device.to_host(def, call, engine_.first() + me);
+  run(me, def, d, timeout, start);
+  d.call = call;
+  device.from_host(call);
+}
+
 void Communicator::run(int me, const CollectiveDef& def, Descriptor& d,
-                       std::chrono::milliseconds timeout, LocalEngine::Clock::time_point start) {
+                       std::chrono::milliseconds timeout, LocalEngine::Clock::time_point start,
+                       DeviceStream* device_stream) {
   Lane& lane = *lanes_[static_cast<std::size_t>(me)];
   if (engine_.total() == 1) return def.single(d, lane.scratch);
 
@@ -67,8 +94,9 @@ void Communicator::run(int me, const CollectiveDef& def, Descriptor& d,
   const int parity = static_cast<int>(d.sequence & 1);
   const auto deadline = start + timeout;
   d.timeout = timeout;
-  // Across processes the local part always works on the replicas' own buffers.
-  const Path path = layout_
+  // Across processes the local part always works on the replicas' own buffers, and so does
+  // a reduction in the device.
+  const Path path = layout_ || device_stream
                         ? Path::kDirect
                         : choose_local_path(def.path_bytes(d), LocalEngine::kStagingBytes, facts_);
   if (path == Path::kStaged && def.stages(d, first + me)) {
@@ -121,7 +149,11 @@ void Communicator::run(int me, const CollectiveDef& def, Descriptor& d,
     engine_.check_poison(me);
     return;
   }
-  if (def.in_process) def.in_process(peers);
+  if (device_stream) {
+    device_all_reduce(peers, *device_stream);
+  } else if (def.in_process) {
+    def.in_process(peers);
+  }
   if (path == Path::kDirect) engine_.arrive_and_wait(me, d, deadline, timeout);
 }
 

@@ -17,6 +17,7 @@
 
 #include "replicator/errors.h"
 #include "src/collectives/across/across.h"
+#include "src/collectives/device_path.h"
 #include "src/collectives/plan.h"
 #include "src/comm/call.h"
 #include "src/comm/flight_recorder.h"
@@ -60,8 +61,12 @@ class Communicator {
   // whose failure it was (the transport's Aborted knows it; else `me`), and departs.
   void fail_across(int me, const Error& e);
   // The collective after its descriptor `d` is made: everything but the recording.
+  // `device_stream`: a device all_reduce that runs in the device (device_path.h) on it.
   void run(int me, const CollectiveDef& def, Descriptor& d, std::chrono::milliseconds timeout,
-           LocalEngine::Clock::time_point start);
+           LocalEngine::Clock::time_point start, DeviceStream* device_stream = nullptr);
+  // A collective on device memory: in the device, or through the host (device_path.h).
+  void run_device(int me, const CollectiveDef& def, Descriptor& d,
+                  std::chrono::milliseconds timeout, LocalEngine::Clock::time_point start);
 
   // Memory of one replica's thread, reused by every collective.
   struct Lane {
@@ -69,6 +74,7 @@ class Communicator {
         : scratch(n), in_ptrs(static_cast<std::size_t>(n)), out_ptrs(static_cast<std::size_t>(n)) {}
     ReduceScratch scratch;
     LaneScratch across;
+    DeviceLane device;
     std::vector<const void*> in_ptrs;
     std::vector<void*> out_ptrs;
   };

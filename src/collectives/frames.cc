@@ -19,6 +19,7 @@ FrameHeader header_of(const Descriptor& d) {
           .op = static_cast<std::uint8_t>(d.op),
           .dtype = static_cast<std::uint8_t>(d.dtype),
           .flags = 0,
+          .memory = static_cast<std::uint8_t>(d.memory),
           .num_buffers = d.num_buffers,
           .site_file = file_id(d.call.where.file),
           .site_line = d.call.where.line};
@@ -27,7 +28,7 @@ FrameHeader header_of(const Descriptor& d) {
 bool same_call(const FrameHeader& a, const FrameHeader& b) {
   return a.sequence == b.sequence && a.count == b.count && a.layout == b.layout &&
          a.root == b.root && a.kind == b.kind && a.op == b.op && a.dtype == b.dtype &&
-         a.flags == b.flags;
+         a.flags == b.flags && a.memory == b.memory;
 }
 
 std::string describe(const FrameHeader& h) {
@@ -40,6 +41,7 @@ std::string describe(const FrameHeader& h) {
   d.count = h.count;
   d.layout = h.layout;
   d.sequence = h.sequence;
+  d.memory = static_cast<MemoryKind>(h.memory);
   return d.describe() +
          (h.num_buffers > 1 ? " [" + std::to_string(h.num_buffers) + " buffers]" : std::string()) +
          site_suffix(h.site_file, h.site_line);

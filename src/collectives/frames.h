@@ -50,6 +50,7 @@ struct FrameHeader {
   std::uint8_t op;
   std::uint8_t dtype;
   std::uint8_t flags;  // kLocalMismatch
+  std::uint8_t memory;
   std::uint32_t num_buffers;
   std::uint32_t site_file;  // where the caller called from (file_id, site_files.h; 0: unknown)
   std::uint32_t site_line;  // never compared: only for messages

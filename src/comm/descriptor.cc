@@ -19,6 +19,7 @@ std::string Descriptor::describe() const {
   s += '(';
   s += to_string(dtype);
   s += " x " + std::to_string(count);
+  if (memory != MemoryKind::kHost) s += " on " + std::string(to_string(memory));
   if (traits && traits->shows_op) s += ", op=" + std::string(to_string(op));
   if (traits && traits->shows_root) s += ", root=" + std::to_string(root);
   if (num_buffers > 1) {

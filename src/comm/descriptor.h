@@ -2,9 +2,9 @@
 // published to its peers, and the check that every replica called the same.
 //
 // The fields every replica must agree on (the collective, reduce op, dtype, root, sequence
-// number, element count, and a hash of the buffer list, permute pairs and signature) come
-// first, in the first cache line, which is all a peer reads on the fast path. The call
-// itself (buffers) follows for the algorithms.
+// number, element count, the kind of memory, and a hash of the buffer list, permute pairs and
+// signature) come first, in the first cache line, which is all a peer reads on the fast path. The
+// call itself (buffers) follows for the algorithms.
 #pragma once
 
 #include <chrono>
@@ -37,15 +37,18 @@ struct alignas(64) Descriptor {
   std::uint64_t count = 0;   // in-place ops: elements over all buffers; others: input count
   std::uint64_t layout = 0;  // hash of a fused buffer list, permute pairs, signature
   std::uint32_t num_buffers = 0;
-  std::chrono::milliseconds timeout{0};  // the collective's own limit, for messages; 0: unset
+  MemoryKind memory = MemoryKind::kHost;  // where the buffers live (device.h)
+  std::chrono::milliseconds timeout{0};   // the collective's own limit, for messages; 0: unset
   Call call;
 
   // Same collective with the same shape: what every replica must agree on.
   bool matches(const Descriptor& other) const {
     return kind == other.kind && op == other.op && dtype == other.dtype && root == other.root &&
-           sequence == other.sequence && count == other.count && layout == other.layout;
+           sequence == other.sequence && count == other.count && layout == other.layout &&
+           memory == other.memory;
   }
-  // e.g. "all_reduce(f32 x 1024, op=sum)". Never throws but std::bad_alloc.
+  // e.g. "all_reduce(f32 x 1024, op=sum)", "all_reduce(f32 x 1024 on fake, op=sum)". Never throws
+  // but std::bad_alloc.
   std::string describe() const;
   std::string_view name() const { return traits ? traits->name : std::string_view("?"); }
 };

@@ -98,6 +98,22 @@ Config meeting_config(Config config, const rendezvous::KeyValueStore* meeting) {
   return config;
 }
 
+// The devices of Config::devices as this process sees them ("cuda": every visible GPU).
+// Throws ConfigError when the process has fewer than asked for.
+DeviceSet resolve_devices(const std::string& text) {
+  DeviceSet devices = parse_devices(text);
+  if (devices.kind == MemoryKind::kHost) return devices;
+  const int available = device_count(devices.kind);
+  if (available == 0 || devices.count > available) {
+    std::string why = std::to_string(available) + " " + std::string(to_string(devices.kind)) +
+                      " device" + (available == 1 ? "" : "s") + " visible";
+    if (devices.kind == MemoryKind::kCuda && !built_with_cuda()) why = "a build without CUDA";
+    throw ConfigError("devices '" + text + "': this process has " + why);
+  }
+  if (devices.count == 0) devices.count = available;
+  return devices;
+}
+
 }  // namespace
 
 Replicator::Replicator(const Config& config,
@@ -132,7 +148,8 @@ Replicator::Replicator(Config config, std::unique_ptr<detail::Transport> transpo
                                                  tracer_->recorders(), layout_.get());
   pool_ = std::make_unique<detail::WorkerPool>(
       *comm_, tracer_->recorders(), layout_ ? layout_->rank * L : 0, num_replicas(), L,
-      policy.step_spin, !policy.oversubscribed, transport_->traits().host_cores);
+      policy.step_spin, !policy.oversubscribed, transport_->traits().host_cores,
+      resolve_devices(config_.devices));
   reduce_scratch_ = std::make_unique<detail::ReduceScratch>(L);
 }
 

@@ -16,7 +16,7 @@ namespace replicator::detail {
 
 WorkerPool::WorkerPool(Communicator& comm, FlightRecorders& recorders, int first_replica,
                        int num_replicas, int num_local, std::chrono::microseconds spin, bool spread,
-                       HostCores* host_cores)
+                       HostCores* host_cores, DeviceSet devices)
     : comm_(comm),
       recorders_(recorders),
       first_replica_(first_replica),
@@ -24,6 +24,7 @@ WorkerPool::WorkerPool(Communicator& comm, FlightRecorders& recorders, int first
       spin_(spin),
       spread_(spread && (num_local > 1 || (host_cores != nullptr && host_cores->size() > 1))),
       host_cores_(host_cores),
+      devices_(devices),
       cores_(static_cast<std::size_t>(num_local)) {
   threads_.reserve(static_cast<std::size_t>(num_local));
   for (int local = 0; local < num_local; ++local) {
@@ -75,7 +76,9 @@ void WorkerPool::loop(int local) {
     if (stop_) return;
     if (spread_) spread_off_shared_core(local);
 
-    ReplicaContext ctx(&comm_, id, num_replicas_, local, static_cast<int>(threads_.size()));
+    const Device device{.kind = devices_.kind,
+                        .index = static_cast<std::int16_t>(id % std::max(devices_.count, 1))};
+    ReplicaContext ctx(&comm_, id, num_replicas_, local, static_cast<int>(threads_.size()), device);
     const ReplicaContext::CurrentScope current(ctx);
     recorder.begin_step(std::chrono::steady_clock::now());
     bool failed = true;

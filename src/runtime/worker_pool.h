@@ -27,8 +27,10 @@ class WorkerPool {
   // spread_off_shared_core); `host_cores` (the transport's traits; may be null; must outlive
   // the pool), where the processes of the job share this host's memory, carries the cores of
   // the other processes. The threads block SIGUSR1 (the flight recorder's dump thread takes it).
+  // Replica r is bound to device r mod devices.count of devices.kind.
   WorkerPool(Communicator& comm, FlightRecorders& recorders, int first_replica, int num_replicas,
-             int num_local, std::chrono::microseconds spin, bool spread, HostCores* host_cores);
+             int num_local, std::chrono::microseconds spin, bool spread, HostCores* host_cores,
+             DeviceSet devices = {});
   ~WorkerPool();  // stops and joins the threads
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
@@ -62,6 +64,7 @@ class WorkerPool {
   const std::chrono::microseconds spin_;
   const bool spread_;
   HostCores* const host_cores_;  // null where the processes do not share this host's memory
+  const DeviceSet devices_;
   std::vector<std::thread> threads_;
   // The core each thread started its last step on (-1: none yet), by local replica.
   struct alignas(64) Core {

@@ -106,6 +106,7 @@ TEST(ConfigTest, OptionsListsEveryNameSetAccepts) {
                                              "spin",
                                              "host-processes",
                                              "engine",
+                                             "devices",
                                              "rank",
                                              "world-size",
                                              "store",

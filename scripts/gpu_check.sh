@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The device path on a machine with a GPU, as that machine is: nvcc, CMake and a compiler, and
+# nothing of Debian's (no MPI, Gloo, GoogleTest or LibTorch packages). Builds the layers up to
+# the runtime with the CUDA backend and tests/gpu/gpu_check.cc, runs it (every check of
+# tests/harness/device_checks.h on CUDA memory, then the all-reduce's speed beside the GPU's
+# copy bandwidth), runs a short pass of it under compute-sanitizer's memcheck where that
+# exists, and prints one summary line.
+#
+#   scripts/gpu_check.sh [OUT_DIR]     (default: ./gpu_check_out; $OUT on the device machine)
+#
+# Writes OUT_DIR/gpu_check.json (the checks and the speed rows) and OUT_DIR/*.txt (the logs).
+# Exit status: 0 all passed, 1 a check failed, 77 no GPU visible.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="${1:-${OUT:-$PWD/gpu_check_out}}"
+build="${BUILD_DIR:-$root/build-gpu}"
+mkdir -p "$out"
+start=$(date +%s)
+
+generator=()
+if command -v ninja >/dev/null; then generator=(-G Ninja); fi
+echo "== build (core layers, CUDA backend, gpu_check)"
+cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DREPLICATOR_GPU_CHECK_ONLY=ON -DREPLICATOR_WITH_CUDA=ON -DREPLICATOR_WITH_MPI=OFF \
+  -DREPLICATOR_WITH_GLOO=OFF -DREPLICATOR_WITH_TORCH=OFF -DREPLICATOR_BUILD_PYTHON=OFF \
+  -DREPLICATOR_BUILD_TESTS=OFF -DREPLICATOR_BUILD_APPS=OFF -DREPLICATOR_WITH_GRPC=OFF \
+  >"$out/configure.txt" 2>&1 || { cat "$out/configure.txt"; exit 1; }
+cmake --build "$build" -j"$(nproc)" --target gpu_check >"$out/build.txt" 2>&1 ||
+  { tail -50 "$out/build.txt"; exit 1; }
+built=$(date +%s)
+echo "built in $((built - start)) s"
+if command -v nvidia-smi >/dev/null; then nvidia-smi -L | tee "$out/gpus.txt"; fi
+
+echo "== checks and speed"
+status=0
+"$build/gpu_check" --json "$out/gpu_check.json" | tee "$out/gpu_check.txt" || status=$?
+if [[ $status -eq 77 ]]; then exit 77; fi
+
+memcheck="not run (no compute-sanitizer)"
+sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)"
+if [[ -n "$sanitizer" ]]; then
+  echo "== compute-sanitizer memcheck (a short pass)"
+  if "$sanitizer" --tool memcheck --error-exitcode 3 "$build/gpu_check" --quick \
+    >"$out/memcheck.txt" 2>&1; then
+    memcheck="clean"
+  else
+    memcheck="FAILED (see memcheck.txt)"
+    status=1
+  fi
+  tail -3 "$out/memcheck.txt"
+fi
+# NCCL takes one rank per GPU: beside NCCL's all-reduce needs two GPUs.
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l || echo 0)
+if [[ $gpus -lt 2 ]]; then
+  echo "NCCL row: not measured ($gpus GPU: NCCL refuses two ranks on one GPU)"
+fi
+end=$(date +%s)
+echo "gpu_check.sh: $(tail -1 "$out/gpu_check.txt"); memcheck $memcheck; $((end - start)) s" |
+  tee "$out/summary.txt"
+exit "$status"
