@@ -8,8 +8,9 @@
 //
 // Every collective takes device buffers as it takes host ones: all replicas must pass the
 // same kind of memory (else CollectiveMismatch on every replica), and the results have the
-// same bits as on the host. A collective on device memory first waits for the work already
-// issued on the replica's stream for that device (see ReplicaContext::device()), and
+// same bits as on the host. A collective on device memory first waits for the work the
+// calling thread issued on the device's default stream (CUDA: the legacy default stream and
+// the thread's per-thread one; work on other streams the caller synchronises first), and
 // returns once its results are in device memory: it blocks as a host collective does.
 #pragma once
 

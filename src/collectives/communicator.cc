@@ -67,15 +67,13 @@ void Communicator::run_device(int me, const CollectiveDef& def, Descriptor& d,
                               std::chrono::milliseconds timeout,
                               LocalEngine::Clock::time_point start) {
   DeviceLane& device = lanes_[static_cast<std::size_t>(me)]->device;
+  // What the replica's thread issued before the call is done before anyone reads its buffers.
+  DeviceStream& stream = device.stream(first_device(d.call));
+  stream.wait_for_issued_work();
+  if (engine_.total() == 1) return single_in_device(def, d, device);
   const Call call = d.call;
-  if (!layout_ && engine_.total() > 1 && &def == &definition(OpKind::kAllReduce) &&
+  if (!layout_ && &def == &definition(OpKind::kAllReduce) &&
       reduces_in_device(d.memory, engine_.size())) {
-    // The work issued on this replica's stream before the call is done before its peers
-    // read the buffers.
-    const auto used = std::find_if(call.buffers.begin(), call.buffers.end(),
-                                   [](const Buffer& b) { return b.count > 0; });
-    DeviceStream& stream = device.stream(used->device);
-    stream.synchronize();
     return run(me, def, d, timeout, start, &stream);
   }
   d.call = device.to_host(def, call, engine_.first() + me);

@@ -38,6 +38,15 @@ MemoryKind memory_of(const Call& call) {
   return found ? found->kind : MemoryKind::kHost;
 }
 
+Device first_device(const Call& call) {
+  for (const Buffer& b : call.buffers) {
+    if (b.count > 0) return b.device;
+  }
+  if (call.input.count > 0) return call.input.device;
+  if (call.output.count > 0) return call.output.device;
+  return Device{};
+}
+
 bool reduces_in_device(MemoryKind kind, int n) {
   if (n > elementwise::kMaxInputs) return false;
   // Whether every device of a kind reaches every other does not change while the process
@@ -133,6 +142,24 @@ void DeviceLane::from_host(const Call& call) {
     stream(out.device).copy(out.data, host_.output.data, out.bytes());
   }
   for (auto& [d, s] : streams_) s->synchronize();
+}
+
+void single_in_device(const CollectiveDef& def, const Descriptor& d, DeviceLane& lane) {
+  const Call& c = d.call;
+  // all_reduce and broadcast of one replica are the identity, as on the host.
+  if (def.in_place || c.output.count == 0) return;
+  DeviceStream& stream = lane.stream(c.output.device);
+  if (&def == &definition(OpKind::kReduceScatter)) {
+    DeviceReduce r{.op = d.op, .dtype = d.dtype, .n = 1, .num_outputs = 1, .count = c.output.count};
+    r.inputs[0] = c.input.data;
+    r.outputs[0] = c.output.data;
+    stream.reduce(r);
+  } else if (&def == &definition(OpKind::kPermute) && c.pairs.empty()) {
+    stream.zero(c.output.data, c.output.bytes());
+  } else if (c.output.data != c.input.data) {
+    stream.copy(c.output.data, c.input.data, c.input.bytes());
+  }
+  stream.synchronize();
 }
 
 void device_all_reduce(const Peers& p, DeviceStream& stream) {

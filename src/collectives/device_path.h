@@ -1,9 +1,11 @@
 // Collectives on device memory (replicator/device.h).
 //
-// Two ways, chosen before the entry barrier from what every replica of the process knows
+// With one replica in the job, the collective is a copy on the device (single_in_device).
+// Otherwise two ways, chosen before the entry barrier from what every replica of the process knows
 // alike (so all take the same one):
+// Each first waits for the work its thread issued on the device (wait_for_issued_work).
 //   in the device: an all_reduce of one process whose devices reach each other's memory.
-//     Each replica waits for its stream, meets the others, reduces its slice of every
+//     Each replica meets the others, reduces its slice of every
 //     replica's buffers with the device kernel in the canonical tree order (the CPU path's
 //     bits), writes it into every replica's buffers, waits for its stream, and meets them
 //     again: the direct path of all_reduce.cc, on the device.
@@ -32,6 +34,9 @@ struct CollectiveDef;
 // is empty). Throws InvalidArgument, before any communication, when the call mixes kinds or
 // names a device this process does not have.
 MemoryKind memory_of(const Call& call);
+
+// The device of the call's first non-empty buffer (the host when all are empty).
+Device first_device(const Call& call);
 
 // Whether an all_reduce of `n` replicas of one process on `kind` memory runs in the device
 // (every device of the kind reaches every other, and the kernel takes n inputs).
@@ -67,6 +72,11 @@ class DeviceLane {
   Call host_;                         // to_host's result
   bool writes_output_ = false;
 };
+
+// A collective of a job of one replica, on the device: a copy from input to output (a
+// reduction of one input for reduce_scatter; zeros for a permute without pairs), or nothing
+// in place. Returns once the stream has run it.
+void single_in_device(const CollectiveDef& def, const Descriptor& d, DeviceLane& lane);
 
 // all_reduce in the device, direct path: replica p.me's slice of every replica's buffers,
 // reduced on `stream`; returns once the stream has run it.

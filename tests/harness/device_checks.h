@@ -195,7 +195,7 @@ inline std::string host_against_device_mismatch(Replicator& repl) {
   MemoryKind kind = MemoryKind::kHost;
   const std::exception_ptr from_run = harness::capture([&] {
     repl.run([&](ReplicaContext& ctx) {
-      kind = ctx.device().kind;
+      if (ctx.replica_id() == 0) kind = ctx.device().kind;
       harness::keep_and_rethrow(caught[static_cast<std::size_t>(ctx.replica_id())], [&] {
         std::vector<std::byte> host = random_elements(DType::kF32, 64, 1);
         const OnDevice device(ctx.device(), host, DType::kF32);

@@ -1,5 +1,5 @@
-// CUDA's device backend: cudaMalloc'd memory, pinned host memory for staging, non-blocking
-// streams, and the reduction kernel (element_reduce.h's arithmetic, one thread per element,
+// CUDA's device backend: cudaMalloc'd memory, pinned host memory for staging, streams that
+// keep order with the default stream, and the reduction kernel (element_reduce.h's arithmetic, one thread per element,
 // grid-stride). Peer access between GPUs is enabled, where the hardware has it, when the
 // backend is first used; a kernel reads its inputs wherever they are (the same GPU, or a
 // peer through peer access).
@@ -37,7 +37,9 @@ class CudaStream final : public DeviceStream {
  public:
   explicit CudaStream(int device) : device_(device) {
     check(cudaSetDevice(device), "cudaSetDevice", device);
-    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate", device);
+    // A blocking stream: what it runs also waits for work issued later on the legacy default
+    // stream to begin only after it (and the other way round).
+    check(cudaStreamCreate(&stream_), "cudaStreamCreate", device);
     int sms = 0;
     check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
           "cudaDeviceGetAttribute", device);
@@ -49,6 +51,11 @@ class CudaStream final : public DeviceStream {
     if (bytes == 0) return;
     check(cudaSetDevice(device_), "cudaSetDevice", device_);
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync", device_);
+  }
+  void zero(void* dst, std::size_t bytes) override {
+    if (bytes == 0) return;
+    check(cudaSetDevice(device_), "cudaSetDevice", device_);
+    check(cudaMemsetAsync(dst, 0, bytes, stream_), "cudaMemsetAsync", device_);
   }
   void reduce(const DeviceReduce& call) override {
     if (call.count == 0 || call.num_outputs == 0) return;
@@ -64,6 +71,12 @@ class CudaStream final : public DeviceStream {
   }
   void synchronize() override {
     check(cudaStreamSynchronize(stream_), "a collective's kernel or copy", device_);
+  }
+  void wait_for_issued_work() override {
+    check(cudaSetDevice(device_), "cudaSetDevice", device_);
+    check(cudaStreamSynchronize(cudaStreamLegacy), "work on the default stream", device_);
+    check(cudaStreamSynchronize(cudaStreamPerThread), "work on the thread's default stream",
+          device_);
   }
 
  private:

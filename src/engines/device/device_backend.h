@@ -38,10 +38,16 @@ class DeviceStream {
   virtual ~DeviceStream() = default;
   // Enqueues a copy of `bytes` from `src` to `dst` (device or host addresses).
   virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  // Enqueues writing `bytes` zero bytes at `dst`.
+  virtual void zero(void* dst, std::size_t bytes) = 0;
   // Enqueues a reduction kernel.
   virtual void reduce(const DeviceReduce& call) = 0;
   // Blocks until all enqueued work has run; throws Error if any of it failed.
   virtual void synchronize() = 0;
+  // Blocks until the work the calling thread issued on the device's default stream before
+  // the call has run (CUDA: the legacy default stream and the thread's per-thread one);
+  // throws Error if any of it failed. What a collective waits for before it reads a buffer.
+  virtual void wait_for_issued_work() = 0;
 };
 
 class DeviceBackend {

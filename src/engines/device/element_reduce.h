@@ -143,7 +143,7 @@ REPLICATOR_HD typename Element<T, Op>::Storage reduce_element(const void* const*
                                                               std::size_t i, std::size_t divisor) {
   using E = Element<T, Op>;
   using A = typename E::Acc;
-  A stack[8];
+  A stack[8] = {};
   int sizes[8];
   int depth = 0;
   for (int j = 0; j < n; ++j) {

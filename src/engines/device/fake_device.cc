@@ -59,9 +59,16 @@ class FakeStream final : public DeviceStream {
       if (bytes > 0) std::memcpy(untag(dst), untag(src), bytes);
     });
   }
+  void zero(void* dst, std::size_t bytes) override {
+    enqueue([dst, bytes] {
+      if (bytes > 0) std::memset(untag(dst), 0, bytes);
+    });
+  }
   void reduce(const DeviceReduce& call) override {
     enqueue([call] { run_reduce(call); });
   }
+  // The fake device's only way in is copy_bytes, which returns once it is done.
+  void wait_for_issued_work() override {}
   void synchronize() override {
     std::unique_lock lock(mutex_);
     idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
