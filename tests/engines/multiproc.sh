@@ -146,8 +146,8 @@ expect_same() {
 expect_mismatch_cases() {
   local n
   n=$(grep -c ': mismatch ok' <<<"$1")
-  [[ $n == 20 ]] || fail "expected 10 cases x 2 processes 'mismatch ok', got $n: $1"
-  echo "local mismatch: 10 cases raised CollectiveMismatch on every replica of both processes"
+  [[ $n == 22 ]] || fail "expected 11 cases x 2 processes 'mismatch ok', got $n: $1"
+  echo "local mismatch: 11 cases raised CollectiveMismatch on every replica of both processes"
 }
 
 # expect_stop_ended OUTPUT SECONDS: the stop scenario's survivor detected it, its flight

@@ -40,6 +40,7 @@
 #include <utility>
 #include <vector>
 
+#include "replicator/device.h"
 #include "replicator/replicator.h"
 #include "replicator/shards.h"
 #include "src/engines/make_transport.h"
@@ -267,6 +268,17 @@ std::vector<Case> mismatch_cases() {
            std::vector<float> v(4, 1.f);
            ctx.all_reduce(v);
          }
+       }},
+      // The last replica's buffer is in (fake) device memory, the others' on the host.
+      {"memory",
+       [=](ReplicaContext& ctx, bool odd) {
+         if (!odd) return reduce(ctx, 4);
+         const std::vector<float> host(4, 1.f);
+         const Device fake{MemoryKind::kFake, 0};
+         DeviceMemory memory(fake, sizeof(float) * host.size());
+         copy_bytes(fake, memory.data(), Device{}, host.data(), sizeof(float) * host.size());
+         const Buffer b{.data = memory.data(), .count = 4, .dtype = DType::kF32, .device = fake};
+         ctx.all_reduce(std::span<const Buffer>(&b, 1));
        }},
       {"barriers",
        [=](ReplicaContext& ctx, bool odd) {
