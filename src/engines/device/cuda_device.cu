@@ -1,7 +1,7 @@
 // CUDA's device backend: cudaMalloc'd memory, pinned host memory for staging, streams that
-// keep order with the default stream, and the reduction kernel (element_reduce.h's arithmetic, one thread per element,
-// grid-stride). Peer access between GPUs is enabled, where the hardware has it, when the
-// backend is first used; a kernel reads its inputs wherever they are (the same GPU, or a
+// keep order with the default stream, and the reduction kernel (element_reduce.h's arithmetic, one
+// thread per element, grid-stride). Peer access between GPUs is enabled, where the hardware has it,
+// when the backend is first used; a kernel reads its inputs wherever they are (the same GPU, or a
 // peer through peer access).
 #include <cuda_runtime.h>
 
@@ -22,6 +22,24 @@ void check(cudaError_t status, const char* what, int device) {
               " failed: " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
 }
 
+// Makes `device` the calling thread's current device for the scope, and restores the one
+// before (a user's own CUDA code on the thread keeps its device).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    check(cudaSetDevice(device), "cudaSetDevice", device);
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
 template <typename T, ReduceOp Op>
 __global__ void reduce_kernel(DeviceReduce call) {
   using Storage = typename elementwise::Element<T, Op>::Storage;
@@ -36,7 +54,7 @@ __global__ void reduce_kernel(DeviceReduce call) {
 class CudaStream final : public DeviceStream {
  public:
   explicit CudaStream(int device) : device_(device) {
-    check(cudaSetDevice(device), "cudaSetDevice", device);
+    const DeviceGuard guard(device);
     // A blocking stream: what it runs also waits for work issued later on the legacy default
     // stream to begin only after it (and the other way round).
     check(cudaStreamCreate(&stream_), "cudaStreamCreate", device);
@@ -49,17 +67,17 @@ class CudaStream final : public DeviceStream {
 
   void copy(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0) return;
-    check(cudaSetDevice(device_), "cudaSetDevice", device_);
+    const DeviceGuard guard(device_);
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync", device_);
   }
   void zero(void* dst, std::size_t bytes) override {
     if (bytes == 0) return;
-    check(cudaSetDevice(device_), "cudaSetDevice", device_);
+    const DeviceGuard guard(device_);
     check(cudaMemsetAsync(dst, 0, bytes, stream_), "cudaMemsetAsync", device_);
   }
   void reduce(const DeviceReduce& call) override {
     if (call.count == 0 || call.num_outputs == 0) return;
-    check(cudaSetDevice(device_), "cudaSetDevice", device_);
+    const DeviceGuard guard(device_);
     constexpr int kThreads = 256;
     const std::size_t wanted = (call.count + kThreads - 1) / kThreads;
     const int blocks = static_cast<int>(std::min<std::size_t>(wanted, max_blocks_));
@@ -73,7 +91,7 @@ class CudaStream final : public DeviceStream {
     check(cudaStreamSynchronize(stream_), "a collective's kernel or copy", device_);
   }
   void wait_for_issued_work() override {
-    check(cudaSetDevice(device_), "cudaSetDevice", device_);
+    const DeviceGuard guard(device_);
     check(cudaStreamSynchronize(cudaStreamLegacy), "work on the default stream", device_);
     check(cudaStreamSynchronize(cudaStreamPerThread), "work on the thread's default stream",
           device_);
@@ -98,15 +116,18 @@ class CudaBackend final : public DeviceBackend {
   }
   void* allocate(int device, std::size_t bytes) override {
     enable_peers();
-    check(cudaSetDevice(device), "cudaSetDevice", device);
+    const DeviceGuard guard(device);
     void* p = nullptr;
     check(cudaMalloc(&p, std::max<std::size_t>(bytes, 1)),
           ("cudaMalloc of " + std::to_string(bytes) + " bytes").c_str(), device);
     return p;
   }
   void release(int device, void* data) noexcept override {
+    int previous = -1;
+    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
     cudaSetDevice(device);
     cudaFree(data);
+    if (previous >= 0) cudaSetDevice(previous);
   }
   void* allocate_host(std::size_t bytes) override {
     void* p = nullptr;
@@ -129,6 +150,8 @@ class CudaBackend final : public DeviceBackend {
   // Every pair of GPUs that can reach each other's memory gets peer access, once.
   void enable_peers() {
     std::call_once(peers_once_, [&] {
+      int previous = -1;
+      if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
       const int n = count();
       for (int a = 0; a < n; ++a) {
         for (int b = 0; b < n; ++b) {
@@ -138,6 +161,7 @@ class CudaBackend final : public DeviceBackend {
           if (cudaDeviceEnablePeerAccess(b, 0) != cudaSuccess) cudaGetLastError();
         }
       }
+      if (previous >= 0) cudaSetDevice(previous);
     });
   }
 
