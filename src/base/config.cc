@@ -56,6 +56,13 @@ std::chrono::milliseconds parse_straggler_after(std::string_view value, std::str
   return std::chrono::duration_cast<std::chrono::milliseconds>(parse_duration(value, what));
 }
 
+Engine parse_engine(std::string_view value, const std::string& what) {
+  if (value == "local") return Engine::kLocal;
+  if (value == "mpi") return Engine::kMpi;
+  if (value == "gloo") return Engine::kGloo;
+  throw ConfigError(what + " must be local, mpi or gloo, got " + detail::quoted(value));
+}
+
 void Config::set(std::string_view name, std::string_view value) {
   const std::string what = "option " + detail::quoted(name);
   if (name == "local-replicas") {
@@ -82,15 +89,7 @@ void Config::set(std::string_view name, std::string_view value) {
     parse_devices(value);  // throws ConfigError for a bad value
     devices = std::string(value);
   } else if (name == "engine") {
-    if (value == "local") {
-      engine = Engine::kLocal;
-    } else if (value == "mpi") {
-      engine = Engine::kMpi;
-    } else if (value == "gloo") {
-      engine = Engine::kGloo;
-    } else {
-      throw ConfigError(what + " must be local, mpi or gloo, got " + detail::quoted(value));
-    }
+    engine = parse_engine(value, what);
   } else if (name == "rank") {
     const long long n = parse_integer(value, what);
     if (n < 0 || n > 1'000'000) {
