@@ -29,23 +29,18 @@ void all_reduce(const Peers& p) {
     return;
   }
   const auto [lo, hi] = slice_of(mine.count, p.me, p.n);
-  std::uint64_t base = 0;  // first element of buffer i in the concatenation
-  for (std::size_t i = 0; i < mine.call.buffers.size() && base < hi; ++i) {
-    const Buffer& b = mine.call.buffers[i];
-    const std::uint64_t begin = std::max(lo, base);
-    const std::uint64_t end = std::min(hi, base + b.count);
-    if (begin < end) {
-      const std::size_t offset = (begin - base) * dtype_size(b.dtype);
-      for (int j = 0; j < p.n; ++j) {
-        auto* data = static_cast<std::byte*>(p.of(j).call.buffers[i].data) + offset;
-        p.in_ptrs[static_cast<std::size_t>(j)] = data;
-        p.out_ptrs[static_cast<std::size_t>(j)] = data;
-      }
-      tree_reduce(mine.op, b.dtype, p.in_ptrs.data(), p.n, p.out_ptrs.data(), p.n, end - begin,
-                  divisor, *p.scratch);
-    }
-    base += b.count;
-  }
+  for_each_part(mine.call.buffers, lo, hi,
+                [&](std::size_t i, std::uint64_t first, std::uint64_t count) {
+                  const Buffer& b = mine.call.buffers[i];
+                  const std::size_t offset = first * dtype_size(b.dtype);
+                  for (int j = 0; j < p.n; ++j) {
+                    auto* data = static_cast<std::byte*>(p.of(j).call.buffers[i].data) + offset;
+                    p.in_ptrs[static_cast<std::size_t>(j)] = data;
+                    p.out_ptrs[static_cast<std::size_t>(j)] = data;
+                  }
+                  tree_reduce(mine.op, b.dtype, p.in_ptrs.data(), p.n, p.out_ptrs.data(), p.n,
+                              count, divisor, *p.scratch);
+                });
 }
 
 }  // namespace replicator::detail

@@ -165,28 +165,23 @@ void single_in_device(const CollectiveDef& def, const Descriptor& d, DeviceLane&
 void device_all_reduce(const Peers& p, DeviceStream& stream) {
   const Descriptor& mine = p.mine();
   const auto [lo, hi] = slice_of(mine.count, p.me, p.n);
-  std::uint64_t base = 0;  // first element of buffer i in the concatenation
-  for (std::size_t i = 0; i < mine.call.buffers.size() && base < hi; ++i) {
-    const Buffer& b = mine.call.buffers[i];
-    const std::uint64_t begin = std::max(lo, base);
-    const std::uint64_t end = std::min(hi, base + b.count);
-    if (begin < end) {
-      DeviceReduce r{.op = mine.op,
-                     .dtype = b.dtype,
-                     .n = p.n,
-                     .num_outputs = p.n,
-                     .count = end - begin,
-                     .divisor = static_cast<std::size_t>(p.n)};
-      const std::size_t offset = (begin - base) * dtype_size(b.dtype);
-      for (int j = 0; j < p.n; ++j) {
-        auto* data = static_cast<std::byte*>(p.of(j).call.buffers[i].data) + offset;
-        r.inputs[j] = data;
-        r.outputs[j] = data;
-      }
-      stream.reduce(r);
-    }
-    base += b.count;
-  }
+  for_each_part(mine.call.buffers, lo, hi,
+                [&](std::size_t i, std::uint64_t first, std::uint64_t count) {
+                  const Buffer& b = mine.call.buffers[i];
+                  DeviceReduce r{.op = mine.op,
+                                 .dtype = b.dtype,
+                                 .n = p.n,
+                                 .num_outputs = p.n,
+                                 .count = count,
+                                 .divisor = static_cast<std::size_t>(p.n)};
+                  const std::size_t offset = first * dtype_size(b.dtype);
+                  for (int j = 0; j < p.n; ++j) {
+                    auto* data = static_cast<std::byte*>(p.of(j).call.buffers[i].data) + offset;
+                    r.inputs[j] = data;
+                    r.outputs[j] = data;
+                  }
+                  stream.reduce(r);
+                });
   stream.synchronize();
 }
 

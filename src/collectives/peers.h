@@ -2,6 +2,7 @@
 // all have arrived, where each replica's input can be read, and this replica's scratch.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -39,6 +40,20 @@ struct Peers {
 
 // Size of a buffer in a packed staging area: its bytes rounded up to 8.
 inline std::size_t packed_size(const Buffer& b) { return (b.bytes() + 7) & ~std::size_t{7}; }
+
+// Calls part(i, first, count) for every buffer i of a fused list that holds elements of
+// [lo, hi) of the list's concatenation: its elements first .. first + count - 1.
+template <typename Part>
+void for_each_part(std::span<const Buffer> buffers, std::uint64_t lo, std::uint64_t hi,
+                   Part&& part) {
+  std::uint64_t base = 0;  // first element of buffer i in the concatenation
+  for (std::size_t i = 0; i < buffers.size() && base < hi; ++i) {
+    const std::uint64_t begin = std::max(lo, base);
+    const std::uint64_t end = std::min(hi, base + buffers[i].count);
+    if (begin < end) part(i, begin - base, end - begin);
+    base += buffers[i].count;
+  }
+}
 
 // Element range [begin, end) of `total` that replica `r` of `n` owns when work is
 // sliced; boundaries are multiples of 64 elements so slices do not share cache lines.

@@ -12,6 +12,7 @@
 #endif
 
 #include "src/collectives/half_convert.h"
+#include "src/engines/device/element_reduce.h"
 
 namespace replicator::detail {
 namespace {
@@ -95,36 +96,9 @@ inline void stream_fence() {
 #endif
 }
 
-// Integer arithmetic wraps (done in the unsigned type, so it is defined behaviour).
-template <ReduceOp Op, typename A>
-inline A combine(A a, A b) {
-  if constexpr (Op == ReduceOp::kSum || Op == ReduceOp::kMean || Op == ReduceOp::kProd) {
-    if constexpr (std::is_integral_v<A>) {
-      using U = std::make_unsigned_t<A>;
-      if constexpr (Op == ReduceOp::kProd) {
-        return static_cast<A>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
-      } else {
-        return static_cast<A>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
-      }
-    } else if constexpr (Op == ReduceOp::kProd) {
-      return a * b;
-    } else {
-      return a + b;
-    }
-  } else if constexpr (Op == ReduceOp::kMin) {
-    if constexpr (std::is_floating_point_v<A>) {
-      return (a < b || a != a) ? a : b;  // NaN wins
-    } else {
-      return a < b ? a : b;
-    }
-  } else {
-    if constexpr (std::is_floating_point_v<A>) {
-      return (a > b || a != a) ? a : b;
-    } else {
-      return a > b ? a : b;
-    }
-  }
-}
+// One combine, as the device kernels do it (element_reduce.h): integers wrap, NaN wins min
+// and max.
+using elementwise::combine;
 
 // dst[i] = a[i] op b[i], divided by `divisor` when `divide`. dst may be a or b itself
 // (the same elements): no element is written before it is read, so ivdep holds.
