@@ -327,8 +327,8 @@ TEST(HalfConvertTest, BulkConversionsMatchScalarOnes) {
     if (std::isnan(in[i])) {
       EXPECT_TRUE(std::isnan(static_cast<float>(b[i]))) << i;
       EXPECT_TRUE(std::isnan(static_cast<float>(h[i]))) << i;
-      ASSERT_EQ(h[i].bits, float16(in[i]).bits) << "f16 of NaN " << std::hex
-                                                  << std::bit_cast<std::uint32_t>(in[i]);
+      ASSERT_EQ(h[i].bits, float16(in[i]).bits)
+          << "f16 of NaN " << std::hex << std::bit_cast<std::uint32_t>(in[i]);
       continue;
     }
     ASSERT_EQ(b[i].bits, bfloat16(in[i]).bits) << "bf16 of " << in[i];
