@@ -86,7 +86,12 @@ void Config::set(std::string_view name, std::string_view value) {
     }
     host_processes = static_cast<int>(n);
   } else if (name == "devices") {
-    parse_devices(value);  // throws ConfigError for a bad value
+    try {
+      parse_devices(value);
+    } catch (const ConfigError&) {
+      throw ConfigError(what + " must be host, cuda, cuda:N or fake:N (N devices, 1 to 64), got " +
+                        detail::quoted(value));
+    }
     devices = std::string(value);
   } else if (name == "engine") {
     engine = parse_engine(value, what);

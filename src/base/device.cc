@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "replicator/errors.h"
+#include "src/base/text.h"
 
 namespace replicator {
 
@@ -25,9 +26,8 @@ std::string to_string(Device device) {
 
 DeviceSet parse_devices(std::string_view text) {
   const auto bad = [&] {
-    return ConfigError(
-        "devices: expected host, cuda, cuda:N or fake:N (N devices, 1 to 64), got '" +
-        std::string(text) + "'");
+    return ConfigError("devices: expected host, cuda, cuda:N or fake:N (N devices, 1 to 64), got " +
+                       detail::quoted(text));
   };
   if (text.empty() || text == "host") return {};
   if (text == "cuda") return {.kind = MemoryKind::kCuda, .count = 0};  // every visible GPU
