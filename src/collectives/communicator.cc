@@ -76,7 +76,7 @@ void Communicator::run_device(int me, const CollectiveDef& def, Descriptor& d,
       reduces_in_device(d.memory, engine_.size())) {
     return run(me, def, d, timeout, start, &stream);
   }
-  d.call = device.to_host(def, call, engine_.first() + me);
+  d.call = device.to_host(def, call, d.memory, engine_.first() + me);
   run(me, def, d, timeout, start);
   d.call = call;
   device.from_host(call);

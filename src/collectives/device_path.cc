@@ -93,8 +93,7 @@ std::byte* DeviceLane::mirror(MemoryKind kind, std::size_t bytes) {
   return mirror_;
 }
 
-Call DeviceLane::to_host(const CollectiveDef& def, const Call& call, int replica) {
-  const MemoryKind kind = memory_of(call);
+Call DeviceLane::to_host(const CollectiveDef& def, const Call& call, MemoryKind kind, int replica) {
   host_ = call;
   const auto host_view = [](const Buffer& b, std::byte* at) {
     return Buffer{.data = at, .count = b.count, .dtype = b.dtype};

@@ -53,10 +53,10 @@ class DeviceLane {
   // This replica's stream on `device` (made on first use). Throws Error.
   DeviceStream& stream(Device device);
 
-  // Copies the device buffers of `call` into the mirror (waiting for the stream) and
-  // returns the same call on host memory; `replica` is this replica's global id (a gather's
-  // root alone has a result). Throws Error.
-  Call to_host(const CollectiveDef& def, const Call& call, int replica);
+  // Copies the device buffers of `call` (of `kind` memory, memory_of(call)) into the mirror
+  // (waiting for the stream) and returns the same call on host memory; `replica` is this
+  // replica's global id (a gather's root alone has a result). Throws Error.
+  Call to_host(const CollectiveDef& def, const Call& call, MemoryKind kind, int replica);
   // Copies the results of the host call that to_host made back into the device buffers of
   // `call`, and waits for them. Throws Error.
   void from_host(const Call& call);

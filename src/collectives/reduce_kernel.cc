@@ -219,39 +219,6 @@ void dispatch_partial(const ReduceCall& c, ReduceScratch& scratch) {
   return tree_reduce_typed<T, Op, false, false>(c, scratch);
 }
 
-template <typename T>
-void dispatch_op(const ReduceCall& c, ReduceScratch& scratch) {
-  switch (c.op) {
-    case ReduceOp::kSum:
-      return dispatch_partial<T, ReduceOp::kSum>(c, scratch);
-    case ReduceOp::kMean:
-      return dispatch_partial<T, ReduceOp::kMean>(c, scratch);
-    case ReduceOp::kMin:
-      return dispatch_partial<T, ReduceOp::kMin>(c, scratch);
-    case ReduceOp::kMax:
-      return dispatch_partial<T, ReduceOp::kMax>(c, scratch);
-    case ReduceOp::kProd:
-      return dispatch_partial<T, ReduceOp::kProd>(c, scratch);
-  }
-}
-
-template <typename T>
-std::size_t partial_size_of(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return sizeof(Acc<T, ReduceOp::kSum>);
-    case ReduceOp::kMean:
-      return sizeof(Acc<T, ReduceOp::kMean>);
-    case ReduceOp::kMin:
-      return sizeof(Acc<T, ReduceOp::kMin>);
-    case ReduceOp::kMax:
-      return sizeof(Acc<T, ReduceOp::kMax>);
-    case ReduceOp::kProd:
-      return sizeof(Acc<T, ReduceOp::kProd>);
-  }
-  return 0;
-}
-
 std::size_t scratch_bytes(int max_inputs) {
   // A binary-counter stack over n inputs holds at most bit_width(n) + 1 blocks.
   const auto levels = std::bit_width(static_cast<unsigned>(std::max(max_inputs, 1))) + 1;
@@ -267,22 +234,9 @@ ReduceScratch::ReduceScratch(int max_inputs)
 
 void tree_reduce(const ReduceCall& c, ReduceScratch& scratch) {
   if (c.count == 0 || c.num_outputs == 0) return;
-  switch (c.dtype) {
-    case DType::kF32:
-      return dispatch_op<float>(c, scratch);
-    case DType::kF64:
-      return dispatch_op<double>(c, scratch);
-    case DType::kBF16:
-      return dispatch_op<bfloat16>(c, scratch);
-    case DType::kF16:
-      return dispatch_op<float16>(c, scratch);
-    case DType::kI32:
-      return dispatch_op<std::int32_t>(c, scratch);
-    case DType::kI64:
-      return dispatch_op<std::int64_t>(c, scratch);
-    case DType::kU8:
-      return dispatch_op<std::uint8_t>(c, scratch);
-  }
+  elementwise::dispatch(c.dtype, c.op, [&]<typename Kind>(Kind) {
+    dispatch_partial<typename Kind::Type, Kind::kOp>(c, scratch);
+  });
 }
 
 void tree_reduce(ReduceOp op, DType dtype, const void* const* inputs, int n, void* const* outputs,
@@ -299,23 +253,10 @@ void tree_reduce(ReduceOp op, DType dtype, const void* const* inputs, int n, voi
 }
 
 std::size_t partial_size(DType dtype, ReduceOp op) {
-  switch (dtype) {
-    case DType::kF32:
-      return partial_size_of<float>(op);
-    case DType::kF64:
-      return partial_size_of<double>(op);
-    case DType::kBF16:
-      return partial_size_of<bfloat16>(op);
-    case DType::kF16:
-      return partial_size_of<float16>(op);
-    case DType::kI32:
-      return partial_size_of<std::int32_t>(op);
-    case DType::kI64:
-      return partial_size_of<std::int64_t>(op);
-    case DType::kU8:
-      return partial_size_of<std::uint8_t>(op);
-  }
-  return 0;
+  std::size_t size = 0;
+  elementwise::dispatch(
+      dtype, op, [&]<typename Kind>(Kind) { size = sizeof(Acc<typename Kind::Type, Kind::kOp>); });
+  return size;
 }
 
 }  // namespace replicator::detail
