@@ -131,4 +131,17 @@ class Transport {
   virtual TransportTraits traits() const = 0;
 };
 
+// A transport whose messages can be moved and looked at without blocking (MPI's requests,
+// shared memory's rings; not Gloo's waits), so that one thread can wait on two transports at
+// once (split_transport.h).
+class PolledTransport : public Transport {
+ public:
+  // Moves what it can of the lane's messages, once, and says whether every message posted on
+  // `lane` with a ticket up to `ticket` has completed (as a wait() that returned). Never
+  // blocks; a transport that looks for failures only every so many calls may let a few
+  // calls pass first. Throws as wait() does (PeerLost, Aborted, Error), never Timeout: the
+  // caller keeps the clock, and calls wait() once it has passed.
+  virtual bool test(int lane, Ticket ticket) = 0;
+};
+
 }  // namespace replicator::detail

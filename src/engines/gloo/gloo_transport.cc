@@ -30,9 +30,9 @@
 // identity, segment name, pid) before it connects; after the connecting barrier each one
 // attaches to all the others' segments if all are on its host, says whether it could
 // ("<job>/shm-ok/<rank>"), and the job uses shared memory only if every process could. Then
-// post() and wait() go through the ShmMesh, and the Gloo connections stay open, unused, to be
-// closed by a failure as before. The mesh moves data only inside this process's own calls,
-// so a failed wait can drop its messages at once.
+// make_gloo_transport composes this transport with a ShmTransport that carries every message
+// (src/engines/split_transport.h), and the Gloo connections stay open, unused, to be closed
+// by a failure as before.
 
 #include "src/engines/gloo/gloo_transport.h"
 
@@ -61,8 +61,11 @@
 #include "src/engines/abort_notice.h"
 #include "src/engines/gloo/gloo.h"
 #include "src/engines/gloo/gloo_store.h"
+#include "src/engines/exchange_errors.h"
 #include "src/engines/self_copy.h"
 #include "src/engines/shm/shm_mesh.h"
+#include "src/engines/shm/shm_transport.h"
+#include "src/engines/split_transport.h"
 #include "src/rendezvous/heartbeat.h"
 
 namespace replicator::detail {
@@ -89,6 +92,9 @@ constexpr milliseconds kAnnouncePoll{2};
 // Steps of a pipelined all-reduce (see traits()).
 constexpr std::size_t kMinPipelineBytes = std::size_t{64} << 10;
 constexpr std::size_t kMaxPipelineBytes = std::size_t{4} << 20;
+// Over shared memory a message costs a copy into the ring and a copy out, and a handshake of
+// about a microsecond: a frame up to OpenMPI's eager size (4 KB, a page) costs no more to
+// move than a tiny one, and only its used bytes are copied (receives may be longer).
 constexpr std::size_t kSharedEagerBytes = 4000;
 // A wait on shared memory, once it has spun, yields its core for this long before it parks,
 // where the job's threads have a core each: nobody else wants that core, so yielding costs
@@ -96,14 +102,6 @@ constexpr std::size_t kSharedEagerBytes = 4000;
 // itself the wake-up of an idle core (on a virtual machine, a halted vCPU: tens of µs).
 // The mpi transport waits the same way (its kYield).
 constexpr std::chrono::microseconds kSharedYield = std::chrono::milliseconds(50);
-
-std::string join_ranks(std::vector<int> ranks) {
-  std::sort(ranks.begin(), ranks.end());
-  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-  std::string out;
-  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
-  return out;
-}
 
 // Gloo writes to sockets a dead peer may have closed, without MSG_NOSIGNAL: with SIGPIPE's
 // default action that write would kill this process instead of failing the exchange.
@@ -151,25 +149,10 @@ class GlooTransport final : public Transport, public NativeCollectives {
   // steps of 4 MiB (against two steps per part of up to 1 MiB, 4 MiB all-reduces over two
   // processes measured ~10 % faster and 16-64 MiB ones the same).
   //
-  // Over shared memory a message costs a copy into the ring and a copy out, and a handshake
-  // of about a microsecond: a frame up to OpenMPI's eager size (4 KB, a page) costs no more
-  // to move than a tiny one, and only its used bytes are copied (receives may be longer);
-  // receives posted ahead gain nothing; steps from 64 KiB to half a ring keep two steps in
-  // flight without waiting for room.
-  //
   // Gloo's own all-reduce is not faster than ours (bench/compare_engines.sh), and its
   // messages would have to share the lanes' tags with ours: the chooser never asks for it
   // (no native_sum_dtypes).
   TransportTraits traits() const override {
-    if (shm_) {
-      return {.receives_ahead = false,
-              .receives_shorter = true,
-              .streamed_results = false,
-              .eager_bytes = kSharedEagerBytes,
-              .min_step_bytes = kMinPipelineBytes,
-              .max_step_bytes = std::max(kMinPipelineBytes, shm_->ring_bytes() / 2),
-              .host_cores = shm_.get()};
-    }
     return {.receives_ahead = true,
             .receives_shorter = false,
             .streamed_results = false,
@@ -181,6 +164,9 @@ class GlooTransport final : public Transport, public NativeCollectives {
   void native_all_reduce(int, void*, std::size_t, DType, ReduceOp, Clock::time_point) override {
     throw InvalidArgument("gloo engine: the all-reduce of the engine itself is only benchmarked");
   }
+  // The mesh of shared memory the rendezvous settled on (every process on this host, and
+  // every one attached), or null; once.
+  std::unique_ptr<ShmMesh> take_shared_memory() { return std::move(mesh_); }
 
  private:
   struct Message {
@@ -209,7 +195,6 @@ class GlooTransport final : public Transport, public NativeCollectives {
   // Attaches to every peer's segment where all processes offered one on this host; keeps the
   // mesh only if every process could (see the top of the file).
   void settle_shared_memory(std::unique_ptr<ShmMesh> mesh);
-  void wait_shared(int lane, Ticket ticket, Clock::time_point deadline);
   // Returns once every process has connected all its lanes.
   void barrier(const std::string& where, Clock::time_point deadline);
   std::string key(const std::string& what, int rank) const {
@@ -253,9 +238,7 @@ class GlooTransport final : public Transport, public NativeCollectives {
   std::unique_ptr<GlooStore> store_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::unique_ptr<Lane[]> lanes_;
-  std::unique_ptr<ShmMesh> shm_;  // set once, in the constructor: shared memory is used
-  std::chrono::microseconds shm_spin_{0};
-  std::chrono::microseconds shm_yield_{0};
+  std::unique_ptr<ShmMesh> mesh_;  // see take_shared_memory()
 
   Poison poison_;
   std::mutex mu_;  // guards `announced_`
@@ -298,10 +281,6 @@ GlooTransport::GlooTransport(const GlooOptions& options, std::unique_ptr<GlooSto
   }
   store_->set(key("joined", rank_), {'1'});
   std::unique_ptr<ShmMesh> mesh = offer_shared_memory(options);
-  const auto threads = static_cast<unsigned>(size_) * static_cast<unsigned>(num_lanes_);
-  const bool oversubscribed = threads > std::max(1u, std::thread::hardware_concurrency());
-  shm_spin_ = oversubscribed ? std::chrono::microseconds(0) : options.spin;
-  shm_yield_ = oversubscribed ? std::chrono::microseconds(0) : kSharedYield;
 
   try {
     connect_lanes(options, deadline);
@@ -395,7 +374,7 @@ void GlooTransport::settle_shared_memory(std::unique_ptr<ShmMesh> mesh) {
   // Every peer that says '1' has mapped this process's segment: its name can go.
   if (everyone) {
     mesh->unlink();
-    shm_ = std::move(mesh);
+    mesh_ = std::move(mesh);
   }
 }
 
@@ -455,11 +434,6 @@ Transport::Ticket GlooTransport::post(int lane, std::span<const SendOp> sends,
   Lane& l = lanes_[lane];
   if (poison_.is_set()) drop_poisoned(l);
   if (self) copy_to_self("gloo", rank_, lane, sends, recvs);
-  if (shm_) {
-    const Ticket ticket = ++l.posted;
-    shm_->post(lane, ticket, sends, recvs);
-    return ticket;
-  }
 
   const Clock::time_point start = Clock::now();
   const Ticket ticket = ++l.posted;
@@ -505,10 +479,6 @@ void GlooTransport::wait(int lane, Ticket ticket, Clock::time_point deadline) {
   check_lane(lane);
   Lane& l = lanes_[lane];
   if (poison_.is_set()) drop_poisoned(l);
-  if (shm_) {
-    wait_shared(lane, ticket, deadline);
-    return;
-  }
   std::size_t end = l.head;
   while (end < l.messages.size() && l.messages[end].ticket <= ticket) ++end;
   if (end == l.head) return;
@@ -538,38 +508,6 @@ void GlooTransport::wait(int lane, Ticket ticket, Clock::time_point deadline) {
   finish(l, false);
 }
 
-void GlooTransport::wait_shared(int lane, Ticket ticket, Clock::time_point deadline) {
-  const Clock::time_point start = Clock::now();
-  const ShmMesh::WaitResult result =
-      shm_->wait(lane, ticket, deadline, shm_spin_, shm_yield_, poison_);
-  Lane& l = lanes_[lane];
-  switch (result.outcome) {
-    case ShmMesh::Outcome::kDone:
-      return;
-    case ShmMesh::Outcome::kPoisoned:
-      drop_poisoned(l);
-    case ShmMesh::Outcome::kTimedOut: {
-      bool receives_done = false;
-      std::vector<int> missing = shm_->missing(lane, ticket, &receives_done);
-      throw_timeout(lane, std::move(missing), receives_done, start, deadline);
-    }
-    case ShmMesh::Outcome::kPeerFailed:
-      throw_peer_failure(lane, result.peer, "it announced a failure in shared memory");
-    case ShmMesh::Outcome::kPeerGone:
-      throw_peer_failure(lane, result.peer, "its process exited");
-    case ShmMesh::Outcome::kTooLong:
-      break;
-  }
-  const std::string why = "gloo engine: exchange on lane " + std::to_string(lane) + ": process " +
-                          std::to_string(result.peer) + " sent a message of " +
-                          std::to_string(result.sent) + " bytes to a receive of " +
-                          std::to_string(result.expected) +
-                          " bytes; the transport is poisoned, restart the job";
-  fail(why, why);
-  finish(l, true);
-  throw Error(why);
-}
-
 void GlooTransport::drop_poisoned(Lane& lane) {
   fail(reason(), reason());  // makes sure the connections are closed before the buffers go
   finish(lane, true);
@@ -581,7 +519,6 @@ void GlooTransport::finish(Lane& lane, bool all) noexcept {
     std::lock_guard lock(lane.mu);
     lane.waiting = false;
   }
-  if (shm_ && all) shm_->drop(static_cast<int>(&lane - lanes_.get()));
   if (all || lane.head == lane.buffers.size()) {
     lane.buffers.clear();
     lane.messages.clear();
@@ -703,11 +640,7 @@ void GlooTransport::throw_timeout(int lane, std::vector<int> missing, bool recei
   missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
   const auto limit =
       std::max(std::chrono::ceil<milliseconds>(deadline - start), milliseconds::zero());
-  const std::string who = (missing.size() == 1 ? "process " : "processes ") + join_ranks(missing);
-  const std::string why =
-      "gloo engine: exchange on lane " + std::to_string(lane) + " timed out: " + who +
-      (receives_done ? " did not take delivery" : " did not deliver") + " within " +
-      std::to_string(limit.count()) + " ms; the transport is poisoned, restart the job";
+  const std::string why = exchange_timeout_text("gloo", lane, missing, receives_done, limit);
   fail(why, why);
   finish(lanes_[lane], true);
   throw Timeout(why, "exchange", 0, limit, std::move(missing));
@@ -731,7 +664,6 @@ void GlooTransport::fail(const std::string& reason, const std::string& why,
     } catch (...) {
       // The store is gone too: the peers will report this process as lost.
     }
-    if (shm_) shm_->announce_failure();
   }
   for (int l = 0; l < num_lanes_; ++l) {
     try {
@@ -739,7 +671,6 @@ void GlooTransport::fail(const std::string& reason, const std::string& why,
     } catch (...) {
     }
   }
-  if (shm_) shm_->wake_local();
   // Connections closed first: a woken exchange frees its buffers, and Gloo's event loop
   // must no longer be able to write into them.
   for (int l = 0; l < num_lanes_; ++l) {
@@ -811,7 +742,21 @@ std::unique_ptr<Transport> make_gloo_transport(const GlooOptions& options) {
                    ? std::make_unique<GlooStore>(options.meeting, options.job)
                    : std::make_unique<GlooStore>(parse_gloo_store_url(options.store), options.job);
   ignore_sigpipe_once();
-  return std::make_unique<GlooTransport>(options, std::move(store));
+  auto transport = std::make_unique<GlooTransport>(options, std::move(store));
+  std::unique_ptr<ShmMesh> mesh = transport->take_shared_memory();
+  if (!mesh) return transport;
+  // With more threads than cores, a spinning or yielding wait takes the core of the thread it
+  // waits for: park at once.
+  const auto threads = static_cast<unsigned>(options.size) * static_cast<unsigned>(options.lanes);
+  const bool oversubscribed = threads > std::max(1u, std::thread::hardware_concurrency());
+  ShmTransportOptions shared{
+      .engine = "gloo",
+      .eager_bytes = kSharedEagerBytes,
+      .spin = oversubscribed ? std::chrono::microseconds(0) : options.spin,
+      .yield = oversubscribed ? std::chrono::microseconds(0) : kSharedYield};
+  return std::make_unique<SplitTransport>(
+      std::move(transport), std::make_unique<ShmTransport>(std::move(mesh), std::move(shared)),
+      SIZE_MAX);
 }
 
 }  // namespace replicator::detail

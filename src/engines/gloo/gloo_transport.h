@@ -35,9 +35,12 @@ namespace replicator::detail {
 //                    timed out (says how many processes joined), a peer could not be
 //                    connected (with a hint about --host), or the closing barrier of the
 //                    rendezvous failed (a peer died meanwhile).
-// Over shared memory, failures are told the same way (the notice in the store, and a flag in
-// each peer's segment), a dead peer is seen through its process's exit, and the traits
-// differ (receives may be longer than their messages; frames as long as OpenMPI's).
+// Where every process runs on this host (and options.shared_memory), every message goes
+// through shared memory instead (src/engines/shm/shm_transport.h, composed with this
+// transport by a SplitTransport): failures are told the same way (the notice in the store,
+// and in each process's segment with a flag in every peer's), a dead peer is seen through its
+// process's exit, and the traits differ (receives may be longer than their messages; frames
+// as long as OpenMPI's).
 // The transport is thread-safe in the sense of Transport: one thread per lane at a time,
 // different lanes at once; abort() from any thread at any time. post() allocates only
 // small per-message objects of Gloo (no data copies, no big buffers); it skips zero-byte

@@ -45,7 +45,10 @@
 #include "replicator/errors.h"
 #include "src/comm/poison.h"
 #include "src/engines/abort_notice.h"
+#include "src/engines/exchange_errors.h"
 #include "src/engines/shm/shm_mesh.h"
+#include "src/engines/shm/shm_transport.h"
+#include "src/engines/split_transport.h"
 
 namespace replicator::detail {
 namespace {
@@ -56,8 +59,8 @@ using Clock = Transport::Clock;
 // longer message waits for a handshake (its rendezvous) first.
 constexpr std::size_t kMpiEagerBytes = 4000;
 // Between processes of one host, a message that half a ring holds whole goes through
-// shared memory (the frames, and the data of the small and middle collectives); a longer
-// one goes through OpenMPI. A message through a ring costs two copies and no handshake;
+// shared memory (the frames, and the data of the small and middle collectives: the
+// SplitTransport of make_mpi_transport); a longer one goes through OpenMPI. A message through a ring costs two copies and no handshake;
 // through OpenMPI, from 4 KiB on, a handshake and one copy: the handshake's round trip
 // (about 2 us here) is the time of copying tens of KiB twice. An all-reduce over two
 // processes, gathered through the rings, measured 2.1-2.8 us at 8 KiB against 5.3-7.2 us
@@ -69,6 +72,7 @@ constexpr std::size_t kMpiEagerBytes = 4000;
 // through, and whether the engine's own all-reduce beats it, is the chooser's, from what
 // the job measured (calibration.h).
 std::size_t shared_bytes(const ShmMesh& mesh) { return mesh.ring_bytes() / 2; }
+// The shared-memory waits spin and yield as this transport's own (below), then nap.
 // Over shared memory a frame may be this long (a message sent at once, whatever its
 // length): an all-reduce of up to about 16 KiB rides in its frames, one round trip.
 constexpr std::size_t kSharedEagerBytes = std::size_t{16} << 10;
@@ -106,14 +110,6 @@ std::string thread_level_name(int level) {
       return "MPI_THREAD_MULTIPLE";
   }
   return "thread level " + std::to_string(level);
-}
-
-std::string join_ranks(std::vector<int> ranks) {
-  std::sort(ranks.begin(), ranks.end());
-  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-  std::string out;
-  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
-  return out;
 }
 
 // The process's use of MPI, shared by every transport (MPI can be initialised only once
@@ -304,11 +300,11 @@ void ensure_initialised() {
   }
 }
 
-class MpiTransport final : public Transport, public NativeCollectives {
+class MpiTransport final : public PolledTransport, public NativeCollectives {
  public:
   // Collective over MPI_COMM_WORLD; the caller holds runtime().mu and MPI is initialised.
   // Takes the next generation from `transports_made`.
-  MpiTransport(int lanes, std::size_t max_message, bool shared_memory, long long& transports_made);
+  MpiTransport(int lanes, std::size_t max_message, long long& transports_made);
   ~MpiTransport() override;
   MpiTransport(const MpiTransport&) = delete;
   MpiTransport& operator=(const MpiTransport&) = delete;
@@ -320,24 +316,26 @@ class MpiTransport final : public Transport, public NativeCollectives {
 
   Ticket post(int lane, std::span<const SendOp> sends, std::span<const RecvOp> recvs) override;
   void wait(int lane, Ticket ticket, Clock::time_point deadline) override;
+  bool test(int lane, Ticket ticket) override;
   void abort(const std::string& why, std::optional<int> cause_replica) noexcept override;
   TransportTraits traits() const override {
     // Steps through OpenMPI: every step is a round trip, so 2 MiB steps (a 4 MiB
     // all-reduce over two processes moves each part at once) measured best from 1 to
-    // 16 MiB. Steps of half a ring stay in the shared-memory rings, with no round trip:
-    // the chooser takes them where its calibration says they are cheaper (two processes
-    // with a core each: up to 1 MiB in every run, and up to 64 MiB in some,
-    // bench/results/2026-12-04-stepped-calibration).
+    // 16 MiB. Composed with shared memory (make_mpi_transport), steps of half a ring stay in
+    // its rings, with no round trip: the chooser takes them where its calibration says they
+    // are cheaper (two processes with a core each: up to 1 MiB in every run, and up to
+    // 64 MiB in some, bench/results/2026-12-04-stepped-calibration).
     return {.receives_ahead = false,
             .receives_shorter = true,
             .streamed_results = true,
-            .eager_bytes = shm_ ? std::min(kSharedEagerBytes, shared_bytes(*shm_)) : kMpiEagerBytes,
+            .eager_bytes = kMpiEagerBytes,
             .min_step_bytes = std::size_t{2} << 20,
             .max_step_bytes = std::size_t{2} << 20,
-            .shared_step_bytes = shm_ ? shared_bytes(*shm_) : 0,
-            .native_sum_dtypes = kNativeSumDtypes,
-            .host_cores = shm_.get()};
+            .native_sum_dtypes = kNativeSumDtypes};
   }
+  // Makes the mesh of shared memory where every process is on this host and can, else null.
+  // Collective over every process (on the control communicator).
+  std::unique_ptr<ShmMesh> meet_on_shared_memory();
   void native_all_reduce_f32(float* data, std::size_t count) override;
   void native_all_reduce(int lane, void* data, std::size_t count, DType dtype, ReduceOp op,
                          Clock::time_point deadline) override;
@@ -363,7 +361,8 @@ class MpiTransport final : public Transport, public NativeCollectives {
     std::vector<Op> ops;  // one per request
     std::vector<MPI_Status> statuses;
     std::size_t head = 0;
-    Ticket posted = 0;  // the last ticket
+    Ticket posted = 0;    // the last ticket
+    std::uint32_t tests = 0;  // test() calls, to look for abort notices every so many
   };
 
   // The requests one wait() covers: [begin, end) of its lane.
@@ -371,8 +370,11 @@ class MpiTransport final : public Transport, public NativeCollectives {
     int lane;
     std::size_t begin;
     std::size_t end;
-    Ticket ticket = 0;  // the posts the wait covers (for the shared-memory messages)
   };
+  // The requests of the posts up to `ticket` not yet waited for.
+  Pending pending(int lane, Ticket ticket) const;
+  // Forgets the requests of `p`, which completed.
+  void forget(const Pending& p);
 
   std::size_t messages_for(std::size_t bytes) const {
     return bytes == 0 ? 1 : (bytes + max_message_ - 1) / max_message_;
@@ -393,12 +395,6 @@ class MpiTransport final : public Transport, public NativeCollectives {
   [[noreturn]] void release(const Pending& p);
 
   void free_communicators();
-  // Makes the mesh of shared memory if every process is on this host and can (collective).
-  void open_shared_memory();
-  bool shared(const auto& op) const {
-    return shm_ && op.peer != rank_ && op.bytes <= shared_bytes(*shm_);
-  }
-  [[noreturn]] void fail_shared(const Pending& p, const ShmMesh::WaitResult& result);
 
   const std::size_t max_message_;
   int rank_ = 0;
@@ -407,7 +403,6 @@ class MpiTransport final : public Transport, public NativeCollectives {
   int abort_tag_ = 1;
   MPI_Comm control_ = MPI_COMM_NULL;
   std::vector<Lane> lanes_;
-  std::unique_ptr<ShmMesh> shm_;  // set once, in the constructor
 
   Poison poison_;
   std::mutex mu_;  // guards everything below
@@ -421,8 +416,7 @@ class MpiTransport final : public Transport, public NativeCollectives {
   std::unique_ptr<NativeWatch> watch_;
 };
 
-MpiTransport::MpiTransport(int lanes, std::size_t max_message, bool shared_memory,
-                           long long& transports_made)
+MpiTransport::MpiTransport(int lanes, std::size_t max_message, long long& transports_made)
     : max_message_(max_message) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
@@ -473,7 +467,6 @@ MpiTransport::MpiTransport(int lanes, std::size_t max_message, bool shared_memor
       lanes_[l].statuses.resize(lanes_[l].requests.capacity());
     }
     abort_requests_.reserve(static_cast<std::size_t>(size_));
-    if (shared_memory && size_ > 1) open_shared_memory();
     watch_ = std::make_unique<NativeWatch>(
         lanes, [this](int lane, const std::string& what, std::chrono::milliseconds limit) {
           native_expired(lane, what, limit);
@@ -504,7 +497,7 @@ MpiTransport::~MpiTransport() {
   free_communicators();
 }
 
-void MpiTransport::open_shared_memory() {
+std::unique_ptr<ShmMesh> MpiTransport::meet_on_shared_memory() {
   // Its waits poll the rings and nap (wait() here), never park on their bells.
   std::unique_ptr<ShmMesh> mesh = ShmMesh::try_make(rank_, size_, num_lanes(), /*parks=*/false);
   const std::string offer = mesh ? mesh->offer() : std::string();
@@ -531,11 +524,10 @@ void MpiTransport::open_shared_memory() {
   if (MPI_Allreduce(&usable, &everyone, 1, MPI_INT, MPI_MIN, control_) != MPI_SUCCESS) {
     throw Error("mpi engine: agreeing on shared memory failed");
   }
-  // Every process has attached (or given up) by now: the names can go.
-  if (everyone) {
-    mesh->unlink();
-    shm_ = std::move(mesh);
-  }
+  if (!everyone) return nullptr;
+  // Every process has attached by now: the names can go.
+  mesh->unlink();
+  return mesh;
 }
 
 void MpiTransport::free_communicators() {
@@ -566,11 +558,11 @@ Transport::Ticket MpiTransport::post(int lane, std::span<const SendOp> sends,
   std::size_t count = 0;  // MPI messages
   for (const RecvOp& op : recvs) {
     check_peer(lane, op.peer, "receive");
-    if (!shared(op)) count += messages_for(op.bytes);
+    count += messages_for(op.bytes);
   }
   for (const SendOp& op : sends) {
     check_peer(lane, op.peer, "send");
-    if (!shared(op)) count += messages_for(op.bytes);
+    count += messages_for(op.bytes);
   }
   if (poison_.is_set()) {
     cancel_pending({lane, 0, 0});
@@ -578,11 +570,6 @@ Transport::Ticket MpiTransport::post(int lane, std::span<const SendOp> sends,
   }
   Lane& l = lanes_[lane];
   const Ticket ticket = ++l.posted;
-  if (shm_) {
-    // The messages to other processes that half a ring holds go through shared memory; MPI
-    // takes the others.
-    shm_->post(lane, ticket, sends, recvs, shared_bytes(*shm_));
-  }
   if (count == 0) return ticket;
   if (l.requests.size() - l.head + count > static_cast<std::size_t>(INT_MAX)) {
     throw InvalidArgument("mpi engine: exchange on lane " + std::to_string(lane) + " of " +
@@ -604,17 +591,51 @@ Transport::Ticket MpiTransport::post(int lane, std::span<const SendOp> sends,
       bytes -= chunk;
     } while (bytes > 0);
   };
-  for (const RecvOp& op : recvs) {
-    if (!shared(op)) start(true, op.peer, static_cast<std::byte*>(op.data), op.bytes);
-  }
+  for (const RecvOp& op : recvs) start(true, op.peer, static_cast<std::byte*>(op.data), op.bytes);
   // MPI only reads from the buffer of a send.
   for (const SendOp& op : sends) {
-    if (!shared(op)) {
-      start(false, op.peer, static_cast<std::byte*>(const_cast<void*>(op.data)), op.bytes);
-    }
+    start(false, op.peer, static_cast<std::byte*>(const_cast<void*>(op.data)), op.bytes);
   }
   if (l.statuses.size() < l.requests.size()) l.statuses.resize(l.requests.capacity());
   return ticket;
+}
+
+MpiTransport::Pending MpiTransport::pending(int lane, Ticket ticket) const {
+  const Lane& l = lanes_[lane];
+  std::size_t end = l.head;
+  while (end < l.ops.size() && l.ops[end].ticket <= ticket) ++end;
+  return {lane, l.head, end};
+}
+
+void MpiTransport::forget(const Pending& p) {
+  Lane& l = lanes_[p.lane];
+  l.head = p.end;
+  if (l.head == l.requests.size()) {
+    l.requests.clear();
+    l.ops.clear();
+    l.head = 0;
+  }
+}
+
+bool MpiTransport::test(int lane, Ticket ticket) {
+  check_lane(lane);
+  if (poison_.is_set()) {
+    cancel_pending({lane, 0, 0});
+    throw_poisoned();
+  }
+  const Pending p = pending(lane, ticket);
+  if (p.end == p.begin) return true;
+  Lane& l = lanes_[lane];
+  int done = 0;
+  const int rc = MPI_Testall(static_cast<int>(p.end - p.begin), l.requests.data() + p.begin, &done,
+                             l.statuses.data());
+  if (rc != MPI_SUCCESS) fail_request(p, rc);
+  if (done != 0) {
+    forget(p);
+    return true;
+  }
+  if (++l.tests % kControlEvery == 0) check_control(p);
+  return false;
 }
 
 void MpiTransport::wait(int lane, Ticket ticket, Clock::time_point deadline) {
@@ -624,20 +645,8 @@ void MpiTransport::wait(int lane, Ticket ticket, Clock::time_point deadline) {
     throw_poisoned();
   }
   Lane& l = lanes_[lane];
-  std::size_t end = l.head;
-  while (end < l.ops.size() && l.ops[end].ticket <= ticket) ++end;
-  const Pending p{lane, l.head, end, ticket};
-  const auto done_with = [&] {
-    l.head = end;
-    if (l.head == l.requests.size()) {
-      l.requests.clear();
-      l.ops.clear();
-      l.head = 0;
-    }
-  };
-  ShmMesh::WaitResult shared_error;
-  bool shared_done = !shm_ || shm_->poll(lane, ticket, &shared_error);
-  if (end == l.head && shared_done) return done_with();
+  const Pending p = pending(lane, ticket);
+  if (p.end == p.begin) return;
 
   // Read at the first look at the clock: a wait that ends within kClockEvery polls (a small
   // message between spinning processes) reads no clock at all.
@@ -645,19 +654,11 @@ void MpiTransport::wait(int lane, Ticket ticket, Clock::time_point deadline) {
   MPI_Request* const requests = l.requests.data() + p.begin;
   const int count = static_cast<int>(p.end - p.begin);
   bool spinning = true;
-  bool mpi_done = count == 0;
   for (std::uint32_t polls = 1;; ++polls) {
-    if (!mpi_done) {
-      int done = 0;
-      const int rc = MPI_Testall(count, requests, &done, l.statuses.data());
-      if (rc != MPI_SUCCESS) fail_request(p, rc);
-      mpi_done = done != 0;
-    }
-    if (!shared_done) {
-      shared_done = shm_->poll(lane, ticket, &shared_error);
-      if (shared_error.outcome != ShmMesh::Outcome::kDone) fail_shared(p, shared_error);
-    }
-    if (mpi_done && shared_done) return done_with();
+    int done = 0;
+    const int rc = MPI_Testall(count, requests, &done, l.statuses.data());
+    if (rc != MPI_SUCCESS) fail_request(p, rc);
+    if (done != 0) return forget(p);
     if (spinning && polls % kClockEvery != 0) continue;
 
     const Clock::time_point now = Clock::now();
@@ -708,19 +709,6 @@ void MpiTransport::cancel_pending(const Pending& p) {
   l.requests.clear();
   l.ops.clear();
   l.head = 0;
-  if (shm_) shm_->drop(p.lane);
-}
-
-void MpiTransport::fail_shared(const Pending& p, const ShmMesh::WaitResult& result) {
-  const std::string why = "mpi engine: exchange on lane " + std::to_string(p.lane) + ": process " +
-                          std::to_string(result.peer) + " sent a message of " +
-                          std::to_string(result.sent) + " bytes to a receive of " +
-                          std::to_string(result.expected) +
-                          " bytes; the transport is poisoned, restart the job";
-  poison_.set(why);
-  note_job_failure(why);
-  cancel_pending(p);
-  throw Error(why);
 }
 
 void MpiTransport::release(const Pending& p) {
@@ -817,13 +805,6 @@ void MpiTransport::time_out(const Pending& p, Clock::time_point start, Clock::ti
     if (requests[i] == MPI_REQUEST_NULL) continue;
     (l.ops[i].is_recv ? missing_recv : missing_send).push_back(l.ops[i].peer);
   }
-  if (shm_) {
-    bool shared_receives_done = true;
-    std::vector<int> shared = shm_->missing(p.lane, p.ticket, &shared_receives_done);
-    (shared_receives_done ? missing_send : missing_recv)
-        .insert((shared_receives_done ? missing_send : missing_recv).end(), shared.begin(),
-                shared.end());
-  }
   const bool receives_done = missing_recv.empty();
   std::vector<int> missing = receives_done ? std::move(missing_send) : std::move(missing_recv);
   std::sort(missing.begin(), missing.end());
@@ -831,11 +812,7 @@ void MpiTransport::time_out(const Pending& p, Clock::time_point start, Clock::ti
 
   const auto limit = std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - start),
                               std::chrono::milliseconds(0));
-  const std::string who = (missing.size() == 1 ? "process " : "processes ") + join_ranks(missing);
-  const std::string why =
-      "mpi engine: exchange on lane " + std::to_string(p.lane) + " timed out: " + who +
-      (receives_done ? " did not take delivery" : " did not deliver") + " within " +
-      std::to_string(limit.count()) + " ms; the transport is poisoned, restart the job";
+  const std::string why = exchange_timeout_text("mpi", p.lane, missing, receives_done, limit);
   poison_.set(why);
   note_job_failure(why);
   cancel_pending(p);
@@ -951,8 +928,20 @@ std::unique_ptr<Transport> make_mpi_transport(const MpiOptions& options) {
       std::clamp<std::size_t>(options.max_message_bytes, 1, static_cast<std::size_t>(INT_MAX));
   std::lock_guard lock(runtime().mu);
   ensure_initialised();
-  return std::make_unique<MpiTransport>(options.lanes, max_message, options.shared_memory,
-                                        runtime().transports_made);
+  auto transport =
+      std::make_unique<MpiTransport>(options.lanes, max_message, runtime().transports_made);
+  if (!options.shared_memory || transport->size() == 1) return transport;
+  std::unique_ptr<ShmMesh> mesh = transport->meet_on_shared_memory();
+  if (!mesh) return transport;
+  const std::size_t split = shared_bytes(*mesh);
+  ShmTransportOptions shared{.engine = "mpi",
+                             .eager_bytes = std::min(kSharedEagerBytes, split),
+                             .spin = kSpin,
+                             .yield = kYield,
+                             .on_fatal = note_job_failure};
+  return std::make_unique<SplitTransport>(
+      std::move(transport), std::make_unique<ShmTransport>(std::move(mesh), std::move(shared)),
+      split);
 }
 
 }  // namespace replicator::detail

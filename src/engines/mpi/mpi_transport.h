@@ -32,12 +32,14 @@ namespace replicator::detail {
 //   Error        duplicating MPI_COMM_WORLD failed.
 // With `options.shared_memory`, where every process runs on one host
 // (ShmMesh::host_identity), messages that half a ring holds (512 KiB in a small job: a
-// collective's frames, and the data of small and middle collectives) go through a ShmMesh
-// (src/engines/shm/shm_mesh.h) instead of MPI: no rendezvous handshake, and one round trip of
+// collective's frames, and the data of small and middle collectives) go through shared
+// memory (src/engines/shm/shm_transport.h, composed with MPI by a SplitTransport,
+// src/engines/split_transport.h) instead of MPI: no rendezvous handshake, and one round trip of
 // a small message costs a fraction of a microsecond. Frames may then be 16 KiB. A send and its
 // receive are either both that small or both not (only a frame's receive is longer than its
 // message, and it is at most 16 KiB), so each path keeps its own order. Longer messages, the
-// engine's own collectives and abort notices stay on MPI.
+// engine's own collectives and abort notices stay on MPI. A failure on either path poisons
+// both and is announced on both.
 // The transport is thread-safe in the sense of Transport: one thread per lane at a time,
 // different lanes at once; abort() from any thread at any time. When a wait fails, the
 // lane's receives are cancelled, but OpenMPI cannot cancel a send: one a late peer has not

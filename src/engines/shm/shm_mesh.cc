@@ -1,7 +1,9 @@
 // ShmMesh; the contract is in shm_mesh.h.
 //
 // A segment: a header line, a line with the count of failures announced to this process,
-// one flag per process (set by that process when it fails), one line per lane with its
+// one flag per process (set by that process when it fails), this process's failure notice
+// (its length, then its bytes: written once, before the flags that announce it), one line
+// per lane with its
 // bell and the count of threads parked on it, then one ring per lane and process (the
 // rings from this process itself stay unused): a line with `written` (bytes the writer has
 // put in, ever) and `wants_room` (the writer waits for room), a line with `read` (bytes the
@@ -42,7 +44,9 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <string_view>
 #include <system_error>
+#include <thread>
 
 #include "replicator/errors.h"
 #include "src/comm/futex.h"
@@ -68,6 +72,10 @@ constexpr std::size_t kSegmentTarget = std::size_t{16} << 20;
 // Longest park before a waiter checks its peers' processes and the clock again, by default.
 constexpr std::chrono::milliseconds kMaxPark{50};
 constexpr int kYields = 4;
+// Without bells (parks false), a wait that has spun and yielded naps this long between looks.
+constexpr std::chrono::microseconds kNap{50};
+// A failure notice's room in a segment: its length (8 bytes), then up to this less 8 bytes.
+constexpr std::size_t kNoticeBytes = std::size_t{8} << 10;
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 std::size_t framed(std::size_t bytes) { return kHeaderBytes + round_up(bytes, 8); }
@@ -124,9 +132,10 @@ std::string namespace_id(const char* which) {
 struct ShmMesh::Segment {
   static constexpr std::size_t kFailures = kLine;
   static constexpr std::size_t kFlags = 2 * kLine;
-  static std::size_t bells(int size) {
+  static std::size_t notice(int size) {
     return kFlags + round_up(static_cast<std::size_t>(size) * sizeof(std::uint32_t), kLine);
   }
+  static std::size_t bells(int size) { return notice(size) + kNoticeBytes; }
   static std::size_t bell(int size, int lane) {
     return bells(size) + static_cast<std::size_t>(lane) * kLine;
   }
@@ -644,6 +653,7 @@ ShmMesh::WaitResult ShmMesh::wait(int lane, Ticket ticket, Clock::time_point dea
   };
   const Clock::time_point spin_end = Clock::now() + spin;
   const Clock::time_point yield_end = spin_end + yield;
+  Clock::time_point last_look_at_processes = spin_end;
   int yields = 0;
   for (std::uint64_t round = 0;; ++round) {
     bool moved = false;
@@ -665,19 +675,25 @@ ShmMesh::WaitResult ShmMesh::wait(int lane, Ticket ticket, Clock::time_point dea
       sched_yield();
       continue;
     }
-    // Park: count in as a sleeper, read the bell, look once more, and sleep only while the
-    // bell still holds that value (a writer that stored after this look saw the sleeper).
-    sleepers.fetch_add(1, std::memory_order_seq_cst);
-    const std::uint32_t seen = bell.load(std::memory_order_seq_cst);
-    const WaitResult last = look(&moved);
-    if (last.outcome == Outcome::kDone && !finished && !moved) {
-      futex_wait_shared(reinterpret_cast<std::uint32_t*>(mine + Segment::bell(size_, lane)), seen,
-                        std::min<Clock::duration>(deadline - now, max_park_));
+    if (parks_) {
+      // Park: count in as a sleeper, read the bell, look once more, and sleep only while the
+      // bell still holds that value (a writer that stored after this look saw the sleeper).
+      sleepers.fetch_add(1, std::memory_order_seq_cst);
+      const std::uint32_t seen = bell.load(std::memory_order_seq_cst);
+      const WaitResult last = look(&moved);
+      if (last.outcome == Outcome::kDone && !finished && !moved) {
+        futex_wait_shared(reinterpret_cast<std::uint32_t*>(mine + Segment::bell(size_, lane)),
+                          seen, std::min<Clock::duration>(deadline - now, max_park_));
+      }
+      sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      if (last.outcome != Outcome::kDone) return last;
+      if (finished) break;
+    } else {
+      // Nobody rings for data: nap, and look at the peers' processes as often as a park would.
+      std::this_thread::sleep_for(std::min<Clock::duration>(deadline - now, kNap));
+      if (Clock::now() - last_look_at_processes < max_park_) continue;
     }
-    sleepers.fetch_sub(1, std::memory_order_seq_cst);
-    if (last.outcome != Outcome::kDone) return last;
-    if (finished) break;
-    // After every park (at most max_park_ long), a look at the peers' processes.
+    last_look_at_processes = Clock::now();
     if (const int q = gone_peer(); q >= 0) {
       // What it wrote before it died still counts.
       progress(lane, &result);
@@ -733,7 +749,13 @@ void ShmMesh::drop(int lane) noexcept {
   }
 }
 
-void ShmMesh::announce_failure() noexcept {
+void ShmMesh::announce_failure(std::string_view notice) noexcept {
+  if (announced_.exchange(true, std::memory_order_acq_rel)) return;
+  std::byte* own = segments_[static_cast<std::size_t>(rank_)];
+  const std::size_t length = std::min(notice.size(), kNoticeBytes - sizeof(std::uint64_t));
+  std::memcpy(own + Segment::notice(size_) + sizeof(std::uint64_t), notice.data(), length);
+  // Released before any flag: a peer that sees a flag (acquire) reads the whole notice.
+  at<std::uint64_t>(own, Segment::notice(size_)).store(length, std::memory_order_release);
   for (int q = 0; q < size_; ++q) {
     std::byte* segment = segments_[static_cast<std::size_t>(q)];
     if (q == rank_ || segment == nullptr) continue;
@@ -743,6 +765,23 @@ void ShmMesh::announce_failure() noexcept {
     at<std::uint32_t>(segment, Segment::kFailures).fetch_add(1, std::memory_order_acq_rel);
     for (int lane = 0; lane < lanes_; ++lane) ring_bell(q, lane);
   }
+}
+
+std::string ShmMesh::notice_of(int process) const {
+  if (process < 0 || process >= size_) return {};
+  std::byte* segment = segments_[static_cast<std::size_t>(process)];
+  if (segment == nullptr) return {};
+  const std::uint64_t length =
+      at<std::uint64_t>(segment, Segment::notice(size_)).load(std::memory_order_acquire);
+  const auto* text = reinterpret_cast<const char*>(segment + Segment::notice(size_) +
+                                                   sizeof(std::uint64_t));
+  return std::string(text, std::min<std::size_t>(length, kNoticeBytes - sizeof(std::uint64_t)));
+}
+
+ShmMesh::WaitResult ShmMesh::peer_failure() const noexcept {
+  if (const int q = failed_peer(); q >= 0) return {Outcome::kPeerFailed, q};
+  if (const int q = gone_peer(); q >= 0) return {Outcome::kPeerGone, q};
+  return {};
 }
 
 void ShmMesh::wake_local() noexcept {

@@ -16,14 +16,17 @@
 // message of its lane (not only those it waits for), so two processes that wait on each
 // other always make progress. A send completes once its last byte is in the ring.
 //
-// Failures: announce_failure() flags this process in every peer's segment and rings all
-// their bells; a peer that died is seen through a pidfd (its exit, zombie or not), polled
-// whenever a waiting thread wakes from its park (at least every 50 ms).
+// Failures: announce_failure() writes this process's notice (why it failed) into its own
+// segment, then flags it in every peer's segment and rings all their bells, so a peer that
+// sees the flag reads the notice (notice_of); a peer that died is seen through a pidfd (its
+// exit, zombie or not), polled whenever a waiting thread wakes from its park (at least every
+// 50 ms).
 //
 // Threads: one thread per lane at a time, different lanes at once (as Transport);
 // announce_failure() and wake_local() from any thread at any time.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -31,6 +34,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "src/comm/poison.h"
@@ -57,12 +61,11 @@ class ShmMesh final : public HostCores {
   // `parks`: whether the job's threads park in wait(); every process of a job must pass the
   // same. With it, each write of a ring's index is a full fence followed by a look at the
   // reader's (or writer's) sleepers, so that a thread about to park is always rung. Without
-  // it (a transport that only poll()s and naps, as the mpi engine's), the indices are
-  // written with release stores and no bell is rung for data: the fence waits for every
-  // store before it to land (in a profile of 256 KiB all-reduces through MPI_Allreduce, 87 %
-  // of the next frame's send, about 0.9 µs a call; three interleaved runs with and without
-  // it did not tell the two apart). wait() then still works, but learns of data only when a
-  // park times out.
+  // it (the mpi engine's, whose waits never park), the indices are written with release
+  // stores and no bell is rung for data: the fence waits for every store before it to land
+  // (in a profile of 256 KiB all-reduces through MPI_Allreduce, 87 % of the next frame's
+  // send, about 0.9 µs a call; three interleaved runs with and without it did not tell the
+  // two apart). wait() then naps 50 µs where it would park.
   ShmMesh(int rank, int size, int lanes, bool parks = true);
   // Unmaps every segment and removes this process's name from /dev/shm if unlink() has not.
   ~ShmMesh();
@@ -152,9 +155,16 @@ class ShmMesh final : public HostCores {
   void publish_core(int lane, int cpu) noexcept override;
   int core_of(int process, int lane) const noexcept override;
 
-  // Flags this process as failed in every attached peer's segment and rings their bells.
-  // Never blocks, never throws.
-  void announce_failure() noexcept;
+  // Writes `notice` (cut to 8 KiB) into this process's segment, then flags this process as
+  // failed in every attached peer's segment and rings their bells. Only the first call
+  // announces. Never blocks, never throws.
+  void announce_failure(std::string_view notice = {}) noexcept;
+  // The notice `process` announced its failure with (empty if it announced none, or out of
+  // range). Throws only std::bad_alloc.
+  std::string notice_of(int process) const;
+  // A peer that announced a failure (kPeerFailed) or whose process exited (kPeerGone), else
+  // kDone: what wait() watches, for a caller that only poll()s. Never blocks or throws.
+  WaitResult peer_failure() const noexcept;
   // Rings this process's own bells, so its waits in progress look at `poison` again.
   void wake_local() noexcept;
 
@@ -186,6 +196,7 @@ class ShmMesh final : public HostCores {
   std::string name_;
   std::string host_;  // host_identity() when made
   bool linked_ = false;
+  std::atomic<bool> announced_{false};
   std::vector<std::byte*> segments_;  // by process; this process's own at rank_
   std::vector<int> pidfds_;           // by process; -1 for this process
   std::vector<Lane> lane_state_;
