@@ -100,6 +100,18 @@ Transport::Ticket SplitTransport::post(int lane, std::span<const SendOp> sends,
     wait(lane, lanes_[static_cast<std::size_t>(lane)].posted, Clock::now());  // throws
   }
   Lane& l = lanes_[static_cast<std::size_t>(lane)];
+  if (shared_max_bytes_ == SIZE_MAX) {
+    // Every message through shared memory: its tickets are the split's.
+    try {
+      l.posted = shared_->post(lane, sends, recvs);
+    } catch (const InvalidArgument&) {
+      throw;
+    } catch (...) {
+      release(*network_, lane, std::current_exception());
+      throw;
+    }
+    return l.posted;
+  }
   const auto shared_path = [&](int peer, std::size_t bytes) {
     return peer == rank() || bytes <= shared_max_bytes_;
   };
@@ -149,6 +161,15 @@ void SplitTransport::wait(int lane, Ticket ticket, Clock::time_point deadline) {
     l.shared = {};
     l.network = {};
     poison_.throw_aborted(std::string(name()) + " engine");
+  }
+  if (shared_max_bytes_ == SIZE_MAX) {
+    try {
+      shared_->wait(lane, ticket, deadline);
+    } catch (...) {
+      release(*network_, lane, std::current_exception());
+      throw;
+    }
+    return;
   }
   Ticket shared = l.shared.upto(ticket);
   Ticket network = l.network.upto(ticket);

@@ -9,11 +9,12 @@
 // both are longer (a receive may be longer than its message only where the message is a
 // frame, far below any split), so each path keeps the order of its own messages.
 //
-// post() posts to each part only the messages it carries; wait() waits on the one part a
-// post used, or, where it used both, polls both in one loop (spin 20 µs, then yield for
-// 50 ms, then nap 50 µs) until one has completed, then waits on the other. A failure of
-// either part poisons the whole: the other part is aborted with the same reason (its peers
-// hear of it on that path too) and its messages on the lane are dropped.
+// post() posts to each part only the messages it carries (everything, with its tickets, where
+// the shared part carries every message); wait() waits on the one part a post used, or,
+// where it used both, polls both in one loop (spin 20 µs, then yield for 50 ms, then nap
+// 50 µs) until one has completed, then waits on the other. A failure of either part poisons
+// the whole: the other part is aborted with the same reason (its peers hear of it on that
+// path too) and its messages on the lane are dropped.
 //
 // Threads: as Transport.
 #pragma once

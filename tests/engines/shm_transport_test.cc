@@ -1,5 +1,5 @@
-// ShmTransport, in one process: the two ends of a two-process mesh as two transports (each maps
-// the other's segment, as two processes would), driven from threads.
+// The shm transport, in one process: the two ends of a two-process mesh as two transports (each
+// maps the other's segment, as two processes would), driven from threads.
 
 #include "src/engines/shm/shm_transport.h"
 
@@ -24,8 +24,9 @@ using Clock = Transport::Clock;
 using std::chrono::milliseconds;
 
 struct Pair {
-  std::unique_ptr<ShmTransport> a;
-  std::unique_ptr<ShmTransport> b;
+  std::unique_ptr<PolledTransport> a;
+  std::unique_ptr<PolledTransport> b;
+  ShmMesh* mesh_a = nullptr;         // a's, owned by a
   std::vector<std::string> fatal_a;  // what a's on_fatal heard
 };
 
@@ -40,11 +41,12 @@ std::unique_ptr<Pair> make_pair(int lanes, bool parks = true, int pid_of_b = get
   b->attach(names, {getpid(), getpid()});
   a->unlink();
   b->unlink();
-  ShmTransportOptions options{.engine = "gloo", .eager_bytes = 4000};
-  ShmTransportOptions options_a = options;
+  ShmOptions options{.engine = "gloo", .eager_bytes = 4000};
+  ShmOptions options_a = options;
   options_a.on_fatal = [fatal = &pair->fatal_a](const std::string& why) { fatal->push_back(why); };
-  pair->a = std::make_unique<ShmTransport>(std::move(a), options_a);
-  pair->b = std::make_unique<ShmTransport>(std::move(b), options);
+  pair->mesh_a = a.get();
+  pair->a = make_shm_transport(std::move(a), options_a);
+  pair->b = make_shm_transport(std::move(b), options);
   return pair;
 }
 
@@ -69,8 +71,8 @@ void exchange(Transport& t, int lane, std::size_t bytes, int rounds) {
 TEST(ShmTransport, MessagesToThePeerAndToItselfArriveWithParkingAndNappingWaits) {
   for (const bool parks : {true, false}) {
     auto pair = make_pair(2, parks);
-    for (const std::size_t bytes : {std::size_t{0}, std::size_t{5}, std::size_t{4096},
-                                    pair->a->mesh().ring_bytes() * 3}) {
+    for (const std::size_t bytes :
+         {std::size_t{0}, std::size_t{5}, std::size_t{4096}, pair->mesh_a->ring_bytes() * 3}) {
       std::thread peer([&] { exchange(*pair->b, 1, bytes, 3); });
       exchange(*pair->a, 1, bytes, 3);
       peer.join();
@@ -151,7 +153,7 @@ TEST(ShmTransport, APeerWhoseProcessExitsWithoutANoticeIsLost) {
   ASSERT_GE(child, 0);
   if (child == 0) _exit(0);
   auto pair = make_pair(1, true, child);
-  pair->a->mesh().set_max_park(milliseconds(5));
+  pair->mesh_a->set_max_park(milliseconds(5));
   ASSERT_EQ(waitpid(child, nullptr, 0), child);
   std::uint64_t word = 0;
   const RecvOp recv{1, &word, sizeof word};
@@ -167,6 +169,25 @@ TEST(ShmTransport, APeerWhoseProcessExitsWithoutANoticeIsLost) {
   EXPECT_EQ(pair->fatal_a.size(), 1u);
 }
 
+TEST(ShmTransport, TestLooksForAGonePeerEverySoManyCalls) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  auto pair = make_pair(1, false, child);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
+  std::uint64_t word = 0;
+  const RecvOp recv{1, &word, sizeof word};
+  const Transport::Ticket ticket = pair->a->post(0, {}, {&recv, 1});
+  int calls = 0;
+  try {
+    while (calls < 1000 && !pair->a->test(0, ticket)) ++calls;
+    FAIL() << "test() never saw the peer's process exit";
+  } catch (const PeerLost& e) {
+    EXPECT_EQ(e.peer(), 1);
+  }
+  EXPECT_LT(calls, 1000);
+}
+
 TEST(ShmTransport, BadArgumentsAreRefusedAndTraitsDescribeTheRings) {
   auto pair = make_pair(1);
   std::uint64_t word = 0;
@@ -175,12 +196,12 @@ TEST(ShmTransport, BadArgumentsAreRefusedAndTraitsDescribeTheRings) {
   EXPECT_THROW(pair->a->post(1, {}, {}), InvalidArgument);
   const RecvOp from_self{0, &word, sizeof word};
   EXPECT_THROW(pair->a->post(0, {}, {&from_self, 1}), InvalidArgument);  // no send to match
-  EXPECT_THROW(ShmTransport(nullptr, {}), InvalidArgument);
+  EXPECT_THROW(make_shm_transport(nullptr, {}), InvalidArgument);
   const TransportTraits traits = pair->a->traits();
   EXPECT_EQ(traits.eager_bytes, 4000u);
   EXPECT_TRUE(traits.receives_shorter);
-  EXPECT_EQ(traits.max_step_bytes, pair->a->mesh().ring_bytes() / 2);
-  EXPECT_EQ(traits.host_cores, &pair->a->mesh());
+  EXPECT_EQ(traits.max_step_bytes, pair->mesh_a->ring_bytes() / 2);
+  EXPECT_EQ(traits.host_cores, pair->mesh_a);
   EXPECT_EQ(pair->a->name(), "shm");
   EXPECT_EQ(pair->a->num_lanes(), 1);
 }

@@ -142,10 +142,10 @@ Clock::time_point soon() { return Clock::now() + std::chrono::seconds(10); }
 TEST(SplitTransport, SmallMessagesAndMessagesToItselfGoThroughSharedTheRestThroughTheNetwork) {
   Split s = make_split();
   std::vector<std::byte> small(kSplit), large(kSplit + 1);
-  const SendOp sends[] = {{1, small.data(), kSplit}, {2, large.data(), kSplit + 1},
-                          {0, large.data(), kSplit + 1}};
-  const RecvOp recvs[] = {{2, small.data(), 16}, {1, large.data(), kSplit + 1},
-                          {0, large.data(), kSplit + 1}};
+  const SendOp sends[] = {
+      {1, small.data(), kSplit}, {2, large.data(), kSplit + 1}, {0, large.data(), kSplit + 1}};
+  const RecvOp recvs[] = {
+      {2, small.data(), 16}, {1, large.data(), kSplit + 1}, {0, large.data(), kSplit + 1}};
   EXPECT_EQ(s.transport->name(), "mpi");
   EXPECT_EQ(s.transport->post(1, sends, recvs), 1u);
   ASSERT_EQ(s.shared->posts.size(), 1u);
@@ -297,8 +297,8 @@ TEST(SplitTransport, TraitsAreTheSharedPartsWhereItCarriesEverythingElseTheNetwo
   {
     Split s = make_split(kSplit);
     s.shared->traits_value = {.eager_bytes = 16384, .host_cores = cores};
-    s.network->traits_value = {.streamed_results = true, .eager_bytes = 100,
-                               .min_step_bytes = 7, .native_sum_dtypes = 6};
+    s.network->traits_value = {
+        .streamed_results = true, .eager_bytes = 100, .min_step_bytes = 7, .native_sum_dtypes = 6};
     const TransportTraits t = s.transport->traits();
     EXPECT_TRUE(t.streamed_results);
     EXPECT_EQ(t.eager_bytes, kSplit);  // frames up to the split ride in shared memory
@@ -311,8 +311,7 @@ TEST(SplitTransport, TraitsAreTheSharedPartsWhereItCarriesEverythingElseTheNetwo
 
 TEST(SplitTransport, ANetworkThatCannotBePolledCarriesNothingAndPartsMustAgree) {
   auto shared = [] { return std::make_unique<RecordingPart>("shm", 0, 2, 1); };
-  EXPECT_THROW(SplitTransport(std::make_unique<BlockingPart>(), shared(), kSplit),
-               InvalidArgument);
+  EXPECT_THROW(SplitTransport(std::make_unique<BlockingPart>(), shared(), kSplit), InvalidArgument);
   SplitTransport everything(std::make_unique<BlockingPart>(), shared(), SIZE_MAX);
   EXPECT_EQ(everything.name(), "gloo");
   EXPECT_THROW(everything.native_all_reduce_f32(nullptr, 0), InvalidArgument);

@@ -30,9 +30,9 @@
 // identity, segment name, pid) before it connects; after the connecting barrier each one
 // attaches to all the others' segments if all are on its host, says whether it could
 // ("<job>/shm-ok/<rank>"), and the job uses shared memory only if every process could. Then
-// make_gloo_transport composes this transport with a ShmTransport that carries every message
-// (src/engines/split_transport.h), and the Gloo connections stay open, unused, to be closed
-// by a failure as before.
+// make_gloo_transport composes this transport with the shm transport, which carries every
+// message (src/engines/split_transport.h), and the Gloo connections stay open, unused, to be
+// closed by a failure as before.
 
 #include "src/engines/gloo/gloo_transport.h"
 
@@ -59,9 +59,9 @@
 #include "replicator/errors.h"
 #include "src/comm/poison.h"
 #include "src/engines/abort_notice.h"
+#include "src/engines/exchange_errors.h"
 #include "src/engines/gloo/gloo.h"
 #include "src/engines/gloo/gloo_store.h"
-#include "src/engines/exchange_errors.h"
 #include "src/engines/self_copy.h"
 #include "src/engines/shm/shm_mesh.h"
 #include "src/engines/shm/shm_transport.h"
@@ -749,14 +749,12 @@ std::unique_ptr<Transport> make_gloo_transport(const GlooOptions& options) {
   // waits for: park at once.
   const auto threads = static_cast<unsigned>(options.size) * static_cast<unsigned>(options.lanes);
   const bool oversubscribed = threads > std::max(1u, std::thread::hardware_concurrency());
-  ShmTransportOptions shared{
-      .engine = "gloo",
-      .eager_bytes = kSharedEagerBytes,
-      .spin = oversubscribed ? std::chrono::microseconds(0) : options.spin,
-      .yield = oversubscribed ? std::chrono::microseconds(0) : kSharedYield};
+  ShmOptions shared{.engine = "gloo",
+                    .eager_bytes = kSharedEagerBytes,
+                    .spin = oversubscribed ? std::chrono::microseconds(0) : options.spin,
+                    .yield = oversubscribed ? std::chrono::microseconds(0) : kSharedYield};
   return std::make_unique<SplitTransport>(
-      std::move(transport), std::make_unique<ShmTransport>(std::move(mesh), std::move(shared)),
-      SIZE_MAX);
+      std::move(transport), make_shm_transport(std::move(mesh), std::move(shared)), SIZE_MAX);
 }
 
 }  // namespace replicator::detail

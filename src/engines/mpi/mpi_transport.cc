@@ -27,6 +27,7 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -60,12 +61,12 @@ using Clock = Transport::Clock;
 constexpr std::size_t kMpiEagerBytes = 4000;
 // Between processes of one host, a message that half a ring holds whole goes through
 // shared memory (the frames, and the data of the small and middle collectives: the
-// SplitTransport of make_mpi_transport); a longer one goes through OpenMPI. A message through a ring costs two copies and no handshake;
-// through OpenMPI, from 4 KiB on, a handshake and one copy: the handshake's round trip
-// (about 2 us here) is the time of copying tens of KiB twice. An all-reduce over two
-// processes, gathered through the rings, measured 2.1-2.8 us at 8 KiB against 5.3-7.2 us
-// for MPI_Allreduce, and 2.2x its speed at 64-256 KiB. A message longer than the room in
-// its ring streams through it, and both processes' threads must run at once to move it,
+// SplitTransport of make_mpi_transport); a longer one goes through OpenMPI. A message through a
+// ring costs two copies and no handshake; through OpenMPI, from 4 KiB on, a handshake and one copy:
+// the handshake's round trip (about 2 us here) is the time of copying tens of KiB twice. An
+// all-reduce over two processes, gathered through the rings, measured 2.1-2.8 us at 8 KiB
+// against 5.3-7.2 us for MPI_Allreduce, and 2.2x its speed at 64-256 KiB. A message longer than the
+// room in its ring streams through it, and both processes' threads must run at once to move it,
 // where OpenMPI's single copy needs only the receiver: with more threads than cores,
 // 2 MiB steps through 1 MiB rings made the 64 MiB all-reduce of 2 x 2 replicas 0.87x that
 // of 4 processes (1.9-2.2x through OpenMPI). Which of the two a gathered all-reduce runs
@@ -73,6 +74,20 @@ constexpr std::size_t kMpiEagerBytes = 4000;
 // the job measured (calibration.h).
 std::size_t shared_bytes(const ShmMesh& mesh) { return mesh.ring_bytes() / 2; }
 // The shared-memory waits spin and yield as this transport's own (below), then nap.
+// Whether a wait on shared memory should spin before it yields its core. A spin is met only
+// where the threads it waits for run meanwhile: with T = size x lanes replica threads on C
+// cores, each holds a core with a chance of about C / T, and a lane's wait needs its peers in
+// the other size - 1 processes. Spin where all of them are more likely than not to hold one,
+// (C / T)^(size - 1) >= 1/2: always with a core per thread, and for 2 processes of 2 lanes on
+// 2 cores (1/2), but not for 4 processes of one lane there (1/8), whose spins each held a core
+// its peers needed: with them, an all-reduce of 4 B took 21-24 us, without them 8-11
+// (bench/results/2026-12-07-shm-transport).
+bool spins_pay(int size, int lanes) {
+  const double threads = static_cast<double>(size) * static_cast<double>(lanes);
+  const double cores = std::max(1u, std::thread::hardware_concurrency());
+  const double on_core = std::min(1.0, cores / threads);
+  return std::pow(on_core, size - 1) >= 0.5;
+}
 // Over shared memory a frame may be this long (a message sent at once, whatever its
 // length): an all-reduce of up to about 16 KiB rides in its frames, one round trip.
 constexpr std::size_t kSharedEagerBytes = std::size_t{16} << 10;
@@ -361,7 +376,7 @@ class MpiTransport final : public PolledTransport, public NativeCollectives {
     std::vector<Op> ops;  // one per request
     std::vector<MPI_Status> statuses;
     std::size_t head = 0;
-    Ticket posted = 0;    // the last ticket
+    Ticket posted = 0;        // the last ticket
     std::uint32_t tests = 0;  // test() calls, to look for abort notices every so many
   };
 
@@ -934,14 +949,14 @@ std::unique_ptr<Transport> make_mpi_transport(const MpiOptions& options) {
   std::unique_ptr<ShmMesh> mesh = transport->meet_on_shared_memory();
   if (!mesh) return transport;
   const std::size_t split = shared_bytes(*mesh);
-  ShmTransportOptions shared{.engine = "mpi",
-                             .eager_bytes = std::min(kSharedEagerBytes, split),
-                             .spin = kSpin,
-                             .yield = kYield,
-                             .on_fatal = note_job_failure};
+  ShmOptions shared{
+      .engine = "mpi",
+      .eager_bytes = std::min(kSharedEagerBytes, split),
+      .spin = spins_pay(transport->size(), options.lanes) ? kSpin : std::chrono::microseconds(0),
+      .yield = kYield,
+      .on_fatal = note_job_failure};
   return std::make_unique<SplitTransport>(
-      std::move(transport), std::make_unique<ShmTransport>(std::move(mesh), std::move(shared)),
-      split);
+      std::move(transport), make_shm_transport(std::move(mesh), std::move(shared)), split);
 }
 
 }  // namespace replicator::detail

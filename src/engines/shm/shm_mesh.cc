@@ -651,25 +651,35 @@ ShmMesh::WaitResult ShmMesh::wait(int lane, Ticket ticket, Clock::time_point dea
     if (const int q = failed_peer(); q >= 0) return {Outcome::kPeerFailed, q};
     return result;
   };
-  const Clock::time_point spin_end = Clock::now() + spin;
-  const Clock::time_point yield_end = spin_end + yield;
-  Clock::time_point last_look_at_processes = spin_end;
+  // Set at the first look at the clock: a wait that its first look completes reads none.
+  Clock::time_point spin_end{};
+  Clock::time_point yield_end{};
+  Clock::time_point last_look_at_processes{};
   int yields = 0;
+  bool spinning = spin.count() > 0;
   for (std::uint64_t round = 0;; ++round) {
     bool moved = false;
     if (const WaitResult r = look(&moved); r.outcome != Outcome::kDone) return r;
     if (finished) break;
     if (moved) continue;
-    if ((round & 15) != 0 && spin.count() > 0) {
+    // While spinning, the clock is read every 16 looks; after, every look yields the core
+    // (with more threads than cores, a look that spins takes the core its peer needs).
+    if (spinning && (round & 15) != 0) {
       cpu_relax();
       continue;
     }
     const Clock::time_point now = Clock::now();
+    if (spin_end == Clock::time_point{}) {
+      spin_end = now + spin;
+      yield_end = spin_end + yield;
+      last_look_at_processes = now;
+    }
     if (now >= deadline) return {Outcome::kTimedOut};
     if (now < spin_end) {
       cpu_relax();
       continue;
     }
+    spinning = false;
     if (now < yield_end || (spin.count() == 0 && yields < kYields)) {
       ++yields;
       sched_yield();
@@ -682,8 +692,8 @@ ShmMesh::WaitResult ShmMesh::wait(int lane, Ticket ticket, Clock::time_point dea
       const std::uint32_t seen = bell.load(std::memory_order_seq_cst);
       const WaitResult last = look(&moved);
       if (last.outcome == Outcome::kDone && !finished && !moved) {
-        futex_wait_shared(reinterpret_cast<std::uint32_t*>(mine + Segment::bell(size_, lane)),
-                          seen, std::min<Clock::duration>(deadline - now, max_park_));
+        futex_wait_shared(reinterpret_cast<std::uint32_t*>(mine + Segment::bell(size_, lane)), seen,
+                          std::min<Clock::duration>(deadline - now, max_park_));
       }
       sleepers.fetch_sub(1, std::memory_order_seq_cst);
       if (last.outcome != Outcome::kDone) return last;
@@ -773,8 +783,8 @@ std::string ShmMesh::notice_of(int process) const {
   if (segment == nullptr) return {};
   const std::uint64_t length =
       at<std::uint64_t>(segment, Segment::notice(size_)).load(std::memory_order_acquire);
-  const auto* text = reinterpret_cast<const char*>(segment + Segment::notice(size_) +
-                                                   sizeof(std::uint64_t));
+  const auto* text =
+      reinterpret_cast<const char*>(segment + Segment::notice(size_) + sizeof(std::uint64_t));
   return std::string(text, std::min<std::size_t>(length, kNoticeBytes - sizeof(std::uint64_t)));
 }
 

@@ -3,10 +3,16 @@
 #include "src/engines/shm/shm_transport.h"
 
 #include <algorithm>
+#include <chrono>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "replicator/errors.h"
+#include "src/comm/poison.h"
 #include "src/engines/abort_notice.h"
 #include "src/engines/exchange_errors.h"
 #include "src/engines/self_copy.h"
@@ -18,11 +24,48 @@ namespace {
 // peer each, too dear for every call of a spinning wait.
 constexpr unsigned kTestsBetweenLooks = 64;
 
-}  // namespace
+class ShmTransport final : public PolledTransport {
+ public:
+  ShmTransport(std::unique_ptr<ShmMesh> mesh, ShmOptions options);
+  ShmTransport(const ShmTransport&) = delete;
+  ShmTransport& operator=(const ShmTransport&) = delete;
 
-ShmTransport::ShmTransport(std::unique_ptr<ShmMesh> mesh, ShmTransportOptions options)
+  std::string_view name() const override { return "shm"; }
+  int rank() const override { return mesh_->rank(); }
+  int size() const override { return mesh_->size(); }
+  int num_lanes() const override { return mesh_->lanes(); }
+
+  Ticket post(int lane, std::span<const SendOp> sends, std::span<const RecvOp> recvs) override;
+  void wait(int lane, Ticket ticket, Clock::time_point deadline) override;
+  bool test(int lane, Ticket ticket) override;
+  void abort(const std::string& why, std::optional<int> cause_replica) noexcept override;
+  TransportTraits traits() const override;
+
+ private:
+  struct alignas(64) Lane {
+    Ticket posted = 0;
+    unsigned tests = 0;  // test() calls, to look for failed peers every so many
+  };
+
+  void check_lane(int lane) const;
+  std::string where(int lane) const;
+  // Poisons with `why` (the first reason is kept), announces it to the peers, wakes this
+  // process's waits and forgets the lane's messages. Never throws.
+  void fail(int lane, const std::string& why, std::optional<int> cause_replica) noexcept;
+  [[noreturn]] void drop_poisoned(int lane);
+  [[noreturn]] void throw_failure(int lane, const ShmMesh::WaitResult& result,
+                                  Clock::time_point start, Clock::time_point deadline,
+                                  Ticket ticket);
+  [[noreturn]] void throw_peer_failure(int lane, int peer, const std::string& how);
+
+  std::unique_ptr<ShmMesh> mesh_;
+  const ShmOptions options_;
+  std::vector<Lane> lanes_;
+  Poison poison_;
+};
+
+ShmTransport::ShmTransport(std::unique_ptr<ShmMesh> mesh, ShmOptions options)
     : mesh_(std::move(mesh)), options_(std::move(options)) {
-  if (!mesh_) throw InvalidArgument("shared memory: a transport needs a mesh");
   lanes_ = std::vector<Lane>(static_cast<std::size_t>(mesh_->lanes()));
 }
 
@@ -42,9 +85,8 @@ Transport::Ticket ShmTransport::post(int lane, std::span<const SendOp> sends,
   check_lane(lane);
   const auto check_peer = [&](int peer, const char* what) {
     if (peer < 0 || peer >= size()) {
-      throw InvalidArgument(where(lane) + ": a " + what + " names process " +
-                            std::to_string(peer) + ", but ranks are 0.." +
-                            std::to_string(size() - 1));
+      throw InvalidArgument(where(lane) + ": a " + what + " names process " + std::to_string(peer) +
+                            ", but ranks are 0.." + std::to_string(size() - 1));
     }
   };
   bool self = false;
@@ -66,9 +108,14 @@ Transport::Ticket ShmTransport::post(int lane, std::span<const SendOp> sends,
 void ShmTransport::wait(int lane, Ticket ticket, Clock::time_point deadline) {
   check_lane(lane);
   if (poison_.is_set()) drop_poisoned(lane);
+  // One look first: a small message between spinning processes has arrived by now, and then
+  // the wait reads no clock.
+  ShmMesh::WaitResult result;
+  if (mesh_->poll(lane, ticket, &result)) return;
   const Clock::time_point start = Clock::now();
-  const ShmMesh::WaitResult result =
-      mesh_->wait(lane, ticket, deadline, options_.spin, options_.yield, poison_);
+  if (result.outcome == ShmMesh::Outcome::kDone) {
+    result = mesh_->wait(lane, ticket, deadline, options_.spin, options_.yield, poison_);
+  }
   if (result.outcome != ShmMesh::Outcome::kDone) {
     throw_failure(lane, result, start, deadline, ticket);
   }
@@ -83,12 +130,15 @@ bool ShmTransport::test(int lane, Ticket ticket) {
   if (result.outcome != ShmMesh::Outcome::kDone) throw_failure(lane, result, now, now, ticket);
   Lane& l = lanes_[static_cast<std::size_t>(lane)];
   if (++l.tests % kTestsBetweenLooks == 0) {
-    result = mesh_->peer_failure();
-    // What a gone peer wrote before it died still counts.
-    if (result.outcome == ShmMesh::Outcome::kPeerGone && mesh_->poll(lane, ticket, &result)) {
-      return true;
+    const ShmMesh::WaitResult failure = mesh_->peer_failure();
+    if (failure.outcome != ShmMesh::Outcome::kDone) {
+      // What a gone peer wrote before it died still counts.
+      if (failure.outcome == ShmMesh::Outcome::kPeerGone && mesh_->poll(lane, ticket, &result)) {
+        return true;
+      }
+      throw_failure(lane, result.outcome != ShmMesh::Outcome::kDone ? result : failure, now, now,
+                    ticket);
     }
-    if (result.outcome != ShmMesh::Outcome::kDone) throw_failure(lane, result, now, now, ticket);
   }
   return false;
 }
@@ -180,6 +230,14 @@ TransportTraits ShmTransport::traits() const {
           .min_step_bytes = kMinStepBytes,
           .max_step_bytes = std::max(kMinStepBytes, mesh_->ring_bytes() / 2),
           .host_cores = mesh_.get()};
+}
+
+}  // namespace
+
+std::unique_ptr<PolledTransport> make_shm_transport(std::unique_ptr<ShmMesh> mesh,
+                                                    ShmOptions options) {
+  if (!mesh) throw InvalidArgument("shared memory: a transport needs a mesh");
+  return std::make_unique<ShmTransport>(std::move(mesh), std::move(options));
 }
 
 }  // namespace replicator::detail
