@@ -15,6 +15,8 @@
 # libopenblas0-pthread: Debian's numpy (the environments' Python references) does its matrix
 # products through libblas.so.3, which without it is Debian's reference BLAS, a plain loop.
 # LibTorch brings its own BLAS (MKL in the x86-64 wheel).
+# libmujoco-dev: MuJoCo 2.2.2, the physics of the continuous-control tasks (half_cheetah);
+# their models are gymnasium's XML files, from the venv.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,7 +31,7 @@ packages=(
   libplplot-dev plplot-driver-cairo fonts-dejavu-core
   libopenblas0-pthread
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  libjemalloc2
+  libjemalloc2 libmujoco-dev
   clang-format clang-tidy time ccache
   clang libclang-rt-14-dev
 )

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "replicator/errors.h"
+#include "src/rl/mujoco_env.h"
 #include "src/rl/seeding.h"
 
 namespace replicator::rl {
@@ -132,7 +133,13 @@ class PointMass final : public ContinuousEnv {
 }  // namespace
 
 const std::vector<std::string>& continuous_env_names() {
-  static const std::vector<std::string> names = {"point_mass"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> all = {"point_mass"};
+#ifdef REPLICATOR_HAVE_MUJOCO
+    for (const std::string& name : mujoco_env_names()) all.push_back(name);
+#endif
+    return all;
+  }();
   return names;
 }
 
@@ -143,6 +150,15 @@ std::unique_ptr<ContinuousEnv> make_continuous_env(std::string_view name, int nu
                           "\"): num_envs must be >= 1, got " + std::to_string(num_envs));
   }
   if (name == "point_mass") return std::make_unique<PointMass>(num_envs, seed);
+#ifdef REPLICATOR_HAVE_MUJOCO
+  if (auto env = make_mujoco_env(name, num_envs, seed)) return env;
+#else
+  if (name == "half_cheetah") {
+    throw ConfigError("make_continuous_env: \"half_cheetah\" needs MuJoCo, and this build has "
+                      "none; install Debian's libmujoco-dev (scripts/install_deps.sh) and build "
+                      "again");
+  }
+#endif
   std::string valid;
   for (const std::string& n : continuous_env_names()) valid += (valid.empty() ? "" : ", ") + n;
   throw InvalidArgument("make_continuous_env: unknown task \"" + std::string(name) +

@@ -13,7 +13,12 @@
 //       RandomState seed), "obs" (strings of 0/1, the start first), "reward", "terminated",
 //       "truncated", "episode_return", "episode_length"}.
 //   {"env": NAME, "seed": S, "episodes": N}
-//       N episodes of uniformly random actions (drawn from S): {"returns", "lengths"}.
+//       N episodes of uniformly random actions (drawn from S; continuous tasks: uniform in
+//       their bounds): {"returns", "lengths"}.
+//   {"env": TASK, "seed": S, "actions": [[a_0 ...], ...]}
+//       one continuous-control env (continuous_env.h) seeded with S: {"obs" (the start
+//       first), "reward", "truncated"}.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <iostream>
@@ -21,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "replicator/rl/continuous_env.h"
 #include "replicator/rl/env.h"
 #include "src/rl/cartpole.h"
 #include "src/rl/seeding.h"
@@ -119,6 +125,47 @@ json episodes_case(const json& in) {
   return out;
 }
 
+bool is_continuous(const std::string& name) {
+  const auto& names = replicator::rl::continuous_env_names();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+json continuous_case(const json& in) {
+  auto env = replicator::rl::make_continuous_env(in.at("env").get<std::string>(), 1,
+                                                 in.at("seed").get<std::uint64_t>());
+  json out = {{"obs", json::array()}, {"reward", json::array()}, {"truncated", json::array()}};
+  StepResult r = env->last();
+  out["obs"].push_back(std::vector<float>(r.observations.begin(), r.observations.end()));
+  for (const auto& a : in.at("actions").get<std::vector<std::vector<float>>>()) {
+    r = env->step(a);
+    out["obs"].push_back(std::vector<float>(r.observations.begin(), r.observations.end()));
+    out["reward"].push_back(r.rewards[0]);
+    out["truncated"].push_back(r.truncated[0] != 0);
+  }
+  return out;
+}
+
+json continuous_episodes_case(const json& in) {
+  const auto seed = in.at("seed").get<std::uint64_t>();
+  const auto episodes = in.at("episodes").get<std::size_t>();
+  auto env = replicator::rl::make_continuous_env(in.at("env").get<std::string>(), 1, seed);
+  const replicator::rl::ActionBounds& bounds = env->action_bounds();
+  replicator::rl::SplitMix64 policy(replicator::rl::splitmix64(seed ^ 0x5eedULL));
+  std::vector<float> a(bounds.low.size());
+  json out = {{"returns", json::array()}, {"lengths", json::array()}};
+  while (out["returns"].size() < episodes) {
+    for (std::size_t k = 0; k < a.size(); ++k) {
+      a[k] = bounds.low[k] + static_cast<float>(policy.uniform()) * (bounds.high[k] - bounds.low[k]);
+    }
+    const StepResult r = env->step(a);
+    if (r.terminated[0] || r.truncated[0]) {
+      out["returns"].push_back(r.episode_return[0]);
+      out["lengths"].push_back(r.episode_length[0]);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 int main() {
@@ -127,8 +174,11 @@ int main() {
     if (line.empty()) continue;
     const json in = json::parse(line);
     json out;
+    const bool continuous = is_continuous(in.at("env").get<std::string>());
     if (in.contains("episodes")) {
-      out = episodes_case(in);
+      out = continuous ? continuous_episodes_case(in) : episodes_case(in);
+    } else if (continuous) {
+      out = continuous_case(in);
     } else if (in.at("env") == "cartpole") {
       out = cartpole_case(in);
     } else {

@@ -12,7 +12,10 @@
 // double); reward −x² after the step; the observation (x, v); never terminated, truncated
 // after 50 steps.
 //
-// MuJoCo tasks (HalfCheetah, Walker2d) are to come through the same interface.
+// "half_cheetah": gymnasium's HalfCheetah-v5 on MuJoCo, in builds that have it (see
+// docs/d4pg.md): 17 observations, 6 actions in [−1, 1], truncated after 1000 steps.
+// make_continuous_env throws ConfigError where the build has no MuJoCo or the model cannot
+// be read (REPLICATOR_MUJOCO_ASSETS names gymnasium's envs/mujoco/assets folder).
 // Threads: a ContinuousEnv is used by one thread at a time; separate objects are independent.
 #pragma once
 
@@ -79,7 +82,8 @@ class ContinuousEnv {
 const std::vector<std::string>& continuous_env_names();
 
 // A batch of `num_envs` copies of task `name`, env i seeded from (seed, i), already reset.
-// Throws InvalidArgument for an unknown name (listing the valid ones) or num_envs < 1.
+// Throws InvalidArgument for an unknown name (listing the valid ones) or num_envs < 1, and
+// ConfigError for half_cheetah without MuJoCo or its model.
 std::unique_ptr<ContinuousEnv> make_continuous_env(std::string_view name, int num_envs,
                                                    std::uint64_t seed);
 
