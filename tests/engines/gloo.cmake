@@ -1,4 +1,4 @@
-# Multi-process tests of the gloo transport and of `replicator launch` (label "multiproc").
+# Multi-process tests of the gloo transport (label "multiproc").
 # Included from tests/CMakeLists.txt when Gloo is found. One program plays every role; see
 # the head of gloo_transport_test.cc.
 add_executable(gloo_transport_test ${CMAKE_CURRENT_LIST_DIR}/gloo_transport_test.cc)
@@ -29,8 +29,7 @@ if(TARGET replicator)
   add_test(NAME gloo_transport_redis
     COMMAND gloo_transport_test --redis $<TARGET_FILE:replicator>)
   set_tests_properties(gloo_transport_redis PROPERTIES SKIP_RETURN_CODE 77)
-  add_test(NAME launch_test COMMAND gloo_transport_test --launcher-check $<TARGET_FILE:replicator>)
-  list(APPEND _gloo_tests gloo_transport_redis launch_test)
+  list(APPEND _gloo_tests gloo_transport_redis)
 endif()
 set_tests_properties(${_gloo_tests} PROPERTIES LABELS "multiproc" TIMEOUT 120)
 

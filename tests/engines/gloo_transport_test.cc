@@ -1,21 +1,20 @@
-// Multi-process tests of the gloo transport and of `replicator launch`.
+// Multi-process tests of the gloo transport (`replicator launch` itself: tests/launch/
+// launcher_test.cc).
 //
-// One program, four roles, chosen by its first argument:
+// One program, three roles, chosen by its first argument:
 //   (none)                  a worker: one of P processes started by the launcher
 //                           (`replicator launch -n P -- gloo_transport_test`); reads
 //                           REPLICATOR_RANK, REPLICATOR_WORLD_SIZE, REPLICATOR_STORE (and
 //                           REPLICATOR_JOB) and runs the Worker tests: exchanges on 2 lanes from
 //                           2 threads, sizes 0, 1, 4099 and 3 MiB, ring shift and all-to-all,
-//                           Timeout, abort, rendezvous errors, gloo::allreduce, and prints the
-//                           latency of a 4-byte exchange and of a 4-byte gloo::allreduce;
+//                           Timeout, abort, rendezvous errors, gloo::allreduce (what they cost is
+//                           bench/compare_engines.sh's);
 //   --redis LAUNCHER        starts redis-server on a free port, runs the workers through the
 //                           launcher with the Redis store, then checks the error once Redis is
 //                           down (exit 77, "skipped", when redis-server is not installed);
 //   --peer-lost             starts 2 processes itself (a launcher would stop rank 0 as soon as
 //                           rank 1 dies): rank 1 kills itself with SIGKILL in the middle of an
-//                           exchange, rank 0 must get PeerLost naming rank 1 (prints how fast);
-//   --launcher-check LAUNCHER  runs the launcher on small shell programs: prefixes, statuses,
-//                           signals, SIGTERM then SIGKILL, bad usage.
+//                           exchange, rank 0 must get PeerLost naming rank 1 (prints how fast).
 //
 // Built a second time as gloo_transport_torch_test (REPLICATOR_TEST_WITH_TORCH), linked with
 // LibTorch, whose libtorch_cpu.so carries a gloo of its own: every role first runs a torch
@@ -58,6 +57,7 @@
 #include "replicator/errors.h"
 #include "replicator/rendezvous/store.h"
 #include "tests/harness/harness.h"
+#include "tests/harness/run_capture.h"
 
 extern char** environ;
 
@@ -83,67 +83,8 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-struct Ran {
-  int status = -1;  // as waitpid reports it
-  std::string out;
-  std::string err;
-  double ms = 0;
-};
-
-// Runs `argv` with `extra_env` added, capturing stdout and stderr.
-Ran run_capture(const std::vector<std::string>& argv,
-                const std::vector<std::string>& extra_env = {}) {
-  Ran ran;
-  int out[2];
-  int err[2];
-  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) return ran;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-  for (const auto& e : extra_env) env.push_back(e);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  std::vector<char*> envp;
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  const auto start = Clock::now();
-  pid_t pid = -1;
-  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  close(out[1]);
-  close(err[1]);
-  if (rc == 0) {
-    pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
-    std::string* sinks[2] = {&ran.out, &ran.err};
-    int open = 2;
-    while (open > 0) {
-      if (poll(fds, 2, -1) < 0) break;
-      for (int i = 0; i < 2; ++i) {
-        if (fds[i].fd < 0 || fds[i].revents == 0) continue;
-        char buffer[4096];
-        const ssize_t n = read(fds[i].fd, buffer, sizeof(buffer));
-        if (n <= 0) {
-          close(fds[i].fd);
-          fds[i].fd = -1;
-          --open;
-        } else {
-          sinks[i]->append(buffer, static_cast<std::size_t>(n));
-        }
-      }
-    }
-    waitpid(pid, &ran.status, 0);
-  } else {
-    close(out[0]);
-    close(err[0]);
-    ran.err = "cannot start " + argv[0] + ": " + std::strerror(rc);
-  }
-  ran.ms = ms_since(start);
-  return ran;
-}
+using harness::Ran;
+using harness::run_capture;
 
 // ---- worker ---------------------------------------------------------------------------
 
@@ -673,137 +614,6 @@ bool on_path(const std::string& program) {
   return false;
 }
 
-// ---- launcher -------------------------------------------------------------------------
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
-
-TEST(Launcher, PrefixesEveryLineAndSetsTheEnvironment) {
-  const Ran ran =
-      run_capture({g_launcher, "launch", "-n", "3", "--local-replicas", "4", "--host", "127.0.0.1",
-                   "--", "sh", "-c",
-                   "echo out $REPLICATOR_RANK $REPLICATOR_WORLD_SIZE $REPLICATOR_ENGINE "
-                   "$REPLICATOR_LOCAL_REPLICAS $REPLICATOR_HOST; echo err $REPLICATOR_RANK >&2; "
-                   "echo store $REPLICATOR_STORE; printf 'no newline'"});
-  EXPECT_EQ(exit_code(ran.status), 0) << ran.err;
-  for (int r = 0; r < 3; ++r) {
-    const std::string prefix = "[rank " + std::to_string(r) + "] ";
-    EXPECT_TRUE(contains(ran.out, prefix + "out " + std::to_string(r) + " 3 gloo 4 127.0.0.1\n"))
-        << ran.out;
-    EXPECT_TRUE(contains(ran.err, prefix + "err " + std::to_string(r) + "\n")) << ran.err;
-    EXPECT_TRUE(contains(ran.out, prefix + "no newline\n")) << ran.out;
-    EXPECT_FALSE(contains(ran.out, prefix + "err")) << "stderr line on stdout";
-  }
-  // The default store is a fresh folder, gone after the run.
-  const auto at = ran.out.find("store file://");
-  ASSERT_NE(at, std::string::npos) << ran.out;
-  const std::string dir = ran.out.substr(at + 13, ran.out.find('\n', at) - at - 13);
-  EXPECT_FALSE(std::filesystem::exists(dir)) << dir;
-}
-
-TEST(Launcher, ReportsAChildThatExitsNonZeroAndStopsTheOthers) {
-  const Ran ran = run_capture({g_launcher, "launch", "-n", "2", "--", "sh", "-c",
-                               "if [ \"$REPLICATOR_RANK\" = 1 ]; then exit 3; fi; sleep 30"});
-  EXPECT_EQ(exit_code(ran.status), 1);
-  EXPECT_TRUE(contains(ran.err, "replicator launch: rank 1 exited with status 3\n")) << ran.err;
-  EXPECT_LT(ran.ms, 10000.0);
-}
-
-TEST(Launcher, ReportsAChildKilledByASignal) {
-  const Ran ran = run_capture({g_launcher, "launch", "-n", "2", "--", "sh", "-c",
-                               "if [ \"$REPLICATOR_RANK\" = 1 ]; then kill -9 $$; fi; sleep 30"});
-  EXPECT_EQ(exit_code(ran.status), 1);
-  EXPECT_TRUE(contains(ran.err, "replicator launch: rank 1 was killed by signal 9 (Killed)\n"))
-      << ran.err;
-  EXPECT_LT(ran.ms, 10000.0);
-}
-
-TEST(Launcher, KillsAChildThatIgnoresSigterm) {
-  const Ran ran = run_capture(
-      {g_launcher, "launch", "-n", "2", "--", "sh", "-c",
-       // Rank 0 fails once rank 1 ignores SIGTERM (it marks that in the launcher's store
-       // folder, which every rank shares).
-       "trap '' TERM; ready=\"${REPLICATOR_STORE#file://}/rank1-ignores-term\"; "
-       "if [ \"$REPLICATOR_RANK\" = 0 ]; then "
-       "until [ -e \"$ready\" ]; do sleep 0.01; done; exit 5; fi; touch \"$ready\"; sleep 30"});
-  EXPECT_EQ(exit_code(ran.status), 1);
-  EXPECT_TRUE(contains(ran.err, "rank 0 exited with status 5")) << ran.err;
-  EXPECT_GE(ran.ms, 2000.0);  // SIGTERM ignored: SIGKILL after the 2 s grace
-  EXPECT_LT(ran.ms, 10000.0);
-}
-
-TEST(Launcher, ForwardsSigtermToTheChildren) {
-  const std::vector<std::string> argv = {g_launcher, "launch", "-n", "2", "--", "sleep", "30"};
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
-  pid_t pid = -1;
-  ASSERT_EQ(posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
-  // SIGTERM once both children run `sleep` (the launcher watches its signals before it
-  // starts any child; its start-up, which loads LibTorch, can take seconds on a loaded
-  // machine).
-  const auto children_sleeping = [](pid_t parent) {
-    int n = 0;
-    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-      std::ifstream stat(entry.path() / "stat");
-      std::string line;
-      if (!std::getline(stat, line)) continue;
-      const std::size_t open = line.find('(');
-      const std::size_t close = line.rfind(')');
-      if (open == std::string::npos || close == std::string::npos) continue;
-      std::istringstream rest(line.substr(close + 2));
-      char state = 0;
-      pid_t ppid = 0;
-      rest >> state >> ppid;
-      if (ppid == parent && line.substr(open + 1, close - open - 1) == "sleep") ++n;
-    }
-    return n;
-  };
-  EXPECT_TRUE(harness::poll_until([&] { return children_sleeping(pid) == 2; },
-                                  std::chrono::seconds(30), milliseconds(50)))
-      << "the launcher did not start its two children within 30 s";
-  kill(pid, SIGTERM);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  // The children died by SIGTERM (had it not reached them, they would have slept their 30 s
-  // out and the launcher would exit 0).
-  EXPECT_EQ(exit_code(status), 1);
-}
-
-TEST(Launcher, BadUsageExitsTwo) {
-  Ran ran = run_capture({g_launcher, "launch", "-n", "0", "--", "true"});
-  EXPECT_EQ(exit_code(ran.status), 2);
-  EXPECT_TRUE(contains(ran.err, "-n must be at least 1")) << ran.err;
-  ran = run_capture({g_launcher, "launch", "-n", "2"});
-  EXPECT_EQ(exit_code(ran.status), 2);
-  EXPECT_TRUE(contains(ran.err, "no program to run")) << ran.err;
-  ran = run_capture({g_launcher, "launch", "--", "true"});
-  EXPECT_EQ(exit_code(ran.status), 2);
-  EXPECT_TRUE(contains(ran.err, "-n P is required")) << ran.err;
-  ran = run_capture({g_launcher, "launch", "-n", "2", "--actors", "3", "--", "true"});
-  EXPECT_EQ(exit_code(ran.status), 2);
-  EXPECT_TRUE(contains(ran.err, "--actors (3) must be a multiple of -n (2)")) << ran.err;
-  ran = run_capture({g_launcher, "launch", "--actors", "1", "--", "true", "--listen", "x:1"});
-  EXPECT_EQ(exit_code(ran.status), 2);
-  EXPECT_TRUE(contains(ran.err, "the launcher sets --listen")) << ran.err;
-  ran = run_capture({g_launcher, "launch", "-n", "2", "--", "/nonexistent/program"});
-  EXPECT_EQ(exit_code(ran.status), 2);
-  EXPECT_TRUE(contains(ran.err, "cannot start '/nonexistent/program'")) << ran.err;
-}
-
-TEST(Launcher, AllChildrenSucceeding) {
-  const Ran ran = run_capture({g_launcher, "launch", "-n", "4", "--", "true"});
-  EXPECT_EQ(exit_code(ran.status), 0) << ran.err;
-  EXPECT_EQ(ran.err, "");
-}
-
 }  // namespace
 }  // namespace replicator::detail
 
@@ -834,17 +644,17 @@ int main(int argc, char** argv) {
     GTEST_FLAG_SET(filter, "PeerLost.*");
     return RUN_ALL_TESTS();
   }
-  if (mode == "--redis" || mode == "--launcher-check") {
+  if (mode == "--redis") {
     if (argc < 3) {
-      std::fprintf(stderr, "usage: gloo_transport_test %s PATH_TO_REPLICATOR\n", mode.c_str());
+      std::fprintf(stderr, "usage: gloo_transport_test --redis PATH_TO_REPLICATOR\n");
       return 2;
     }
     g_launcher = argv[2];
-    if (mode == "--redis" && !on_path("redis-server")) {
+    if (!on_path("redis-server")) {
       std::printf("SKIPPED: redis-server is not installed (Debian package redis-server)\n");
       return 77;
     }
-    GTEST_FLAG_SET(filter, mode == "--redis" ? "Redis.*" : "Launcher.*");
+    GTEST_FLAG_SET(filter, "Redis.*");
     return RUN_ALL_TESTS();
   }
   return run_worker();
