@@ -154,9 +154,10 @@ std::unique_ptr<ContinuousEnv> make_continuous_env(std::string_view name, int nu
   if (auto env = make_mujoco_env(name, num_envs, seed)) return env;
 #else
   if (name == "half_cheetah") {
-    throw ConfigError("make_continuous_env: \"half_cheetah\" needs MuJoCo, and this build has "
-                      "none; install Debian's libmujoco-dev (scripts/install_deps.sh) and build "
-                      "again");
+    throw ConfigError(
+        "make_continuous_env: \"half_cheetah\" needs MuJoCo, and this build has "
+        "none; install Debian's libmujoco-dev (scripts/install_deps.sh) and build "
+        "again");
   }
 #endif
   std::string valid;

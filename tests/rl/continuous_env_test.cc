@@ -97,8 +97,8 @@ std::unique_ptr<ContinuousEnv> half_cheetah(int num_envs, std::uint64_t seed) {
   }
 }
 
-#define HALF_CHEETAH_OR_SKIP(env, n, seed)                                          \
-  auto env = half_cheetah(n, seed);                                                \
+#define HALF_CHEETAH_OR_SKIP(env, n, seed) \
+  auto env = half_cheetah(n, seed);        \
   if (!env) GTEST_SKIP() << "no MuJoCo in this build, or no model (REPLICATOR_MUJOCO_ASSETS)"
 
 TEST(HalfCheetahTest, ShapesBoundsAndResetNoise) {

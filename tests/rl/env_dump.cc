@@ -155,7 +155,8 @@ json continuous_episodes_case(const json& in) {
   json out = {{"returns", json::array()}, {"lengths", json::array()}};
   while (out["returns"].size() < episodes) {
     for (std::size_t k = 0; k < a.size(); ++k) {
-      a[k] = bounds.low[k] + static_cast<float>(policy.uniform()) * (bounds.high[k] - bounds.low[k]);
+      a[k] =
+          bounds.low[k] + static_cast<float>(policy.uniform()) * (bounds.high[k] - bounds.low[k]);
     }
     const StepResult r = env->step(a);
     if (r.terminated[0] || r.truncated[0]) {
