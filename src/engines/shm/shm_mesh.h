@@ -125,8 +125,9 @@ class ShmMesh final : public HostCores {
 
   // Blocks until every message of `lane` posted with a ticket up to `ticket` has completed,
   // moving every pending message of the lane meanwhile. Spins for `spin`, then yields the
-  // core for `yield` (at least a few times), then parks. Never throws; a result other than
-  // kDone leaves the lane's messages pending, for missing() and then drop().
+  // core at every look for `yield` (at least a few times), then parks (without bells: naps
+  // 50 µs between looks). Never throws; a result other than kDone leaves the lane's messages
+  // pending, for missing() and then drop().
   WaitResult wait(int lane, Ticket ticket, Clock::time_point deadline,
                   std::chrono::microseconds spin, std::chrono::microseconds yield,
                   const Poison& poison) noexcept;
