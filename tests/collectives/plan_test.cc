@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "src/collectives/frames.h"
+#include "src/runtime/host_policy.h"  // the machine facts the chooser reads (CacheFacts)
 
 namespace replicator::detail {
 namespace {
