@@ -26,6 +26,33 @@ ContinuousEnv::ContinuousEnv(std::string name, int num_envs, int observation_siz
   episode_return_.assign(m, 0.0f);
   episode_length_.assign(m, 0);
   clipped_.assign(m * bounds_.low.size(), 0.0f);
+  returns_.assign(m, 0.0);
+  steps_.assign(m, 0);
+  over_.assign(m, 0);
+}
+
+void ContinuousEnv::start_episode(std::size_t i) {
+  returns_[i] = 0;
+  steps_[i] = 0;
+  over_[i] = 0;
+  rewards_[i] = 0;
+  terminated_[i] = truncated_[i] = 0;
+  episode_return_[i] = 0;
+  episode_length_[i] = 0;
+}
+
+void ContinuousEnv::finish_step(std::size_t i, double reward, bool terminated,
+                                std::int32_t max_steps) {
+  returns_[i] += reward;
+  rewards_[i] = static_cast<float>(reward);
+  ++steps_[i];
+  const bool truncated = !terminated && steps_[i] == max_steps;
+  const bool ended = terminated || truncated;
+  terminated_[i] = terminated ? 1 : 0;
+  truncated_[i] = truncated ? 1 : 0;
+  episode_return_[i] = ended ? static_cast<float>(returns_[i]) : 0.f;
+  episode_length_[i] = ended ? steps_[i] : 0;
+  over_[i] = ended ? 1 : 0;
 }
 
 StepResult ContinuousEnv::reset() {
@@ -74,9 +101,6 @@ class PointMass final : public ContinuousEnv {
     const auto m = static_cast<std::size_t>(num_envs);
     x_.assign(m, 0);
     v_.assign(m, 0);
-    steps_.assign(m, 0);
-    returns_.assign(m, 0);
-    needs_reset_.assign(m, 0);
     for (std::size_t i = 0; i < m; ++i) rng_.emplace_back(env_seed(seed, i));
     do_reset();
   }
@@ -89,32 +113,19 @@ class PointMass final : public ContinuousEnv {
   void reset_env(std::size_t i) {
     x_[i] = 2 * rng_[i].uniform() - 1;
     v_[i] = 0;
-    steps_[i] = 0;
-    returns_[i] = 0;
-    needs_reset_[i] = 0;
-    rewards_[i] = 0;
-    terminated_[i] = truncated_[i] = 0;
-    episode_return_[i] = 0;
-    episode_length_[i] = 0;
+    start_episode(i);
     write_observation(i);
   }
 
   void do_step(std::span<const float> actions) override {
     for (std::size_t i = 0; i < x_.size(); ++i) {
-      if (needs_reset_[i]) {
+      if (episode_over(i)) {
         reset_env(i);
         continue;
       }
       v_[i] += static_cast<double>(actions[i]) * kDt;
       x_[i] += v_[i] * kDt;
-      const double reward = -x_[i] * x_[i];
-      returns_[i] += reward;
-      rewards_[i] = static_cast<float>(reward);
-      const bool ended = ++steps_[i] == kMaxEpisodeSteps;
-      truncated_[i] = ended ? 1 : 0;
-      episode_return_[i] = ended ? static_cast<float>(returns_[i]) : 0.f;
-      episode_length_[i] = ended ? steps_[i] : 0;
-      needs_reset_[i] = ended ? 1 : 0;
+      finish_step(i, -x_[i] * x_[i], false, kMaxEpisodeSteps);
       write_observation(i);
     }
   }
@@ -124,9 +135,7 @@ class PointMass final : public ContinuousEnv {
     observations_[2 * i + 1] = static_cast<float>(v_[i]);
   }
 
-  std::vector<double> x_, v_, returns_;
-  std::vector<std::int32_t> steps_;
-  std::vector<std::uint8_t> needs_reset_;
+  std::vector<double> x_, v_;
   std::vector<SplitMix64> rng_;
 };
 

@@ -96,9 +96,6 @@ class HalfCheetah final : public ContinuousEnv {
       if (!data_.back()) throw Error("half_cheetah: MuJoCo could not allocate its data");
       rng_.emplace_back(env_seed(seed, i));
     }
-    steps_.assign(m, 0);
-    returns_.assign(m, 0);
-    needs_reset_.assign(m, 0);
     do_reset();
   }
 
@@ -115,13 +112,7 @@ class HalfCheetah final : public ContinuousEnv {
     }
     for (int v = 0; v < model_->nv; ++v) d->qvel[v] = kResetNoise * normal(rng_[i]);
     mj_forward(model_.get(), d);
-    steps_[i] = 0;
-    returns_[i] = 0;
-    needs_reset_[i] = 0;
-    rewards_[i] = 0;
-    terminated_[i] = truncated_[i] = 0;
-    episode_return_[i] = 0;
-    episode_length_[i] = 0;
+    start_episode(i);
     write_observation(i);
   }
 
@@ -129,7 +120,7 @@ class HalfCheetah final : public ContinuousEnv {
     const auto A = static_cast<std::size_t>(action_size());
     const double dt = model_->opt.timestep * kFrameSkip;
     for (std::size_t i = 0; i < data_.size(); ++i) {
-      if (needs_reset_[i]) {
+      if (episode_over(i)) {
         reset_env(i);
         continue;
       }
@@ -143,14 +134,8 @@ class HalfCheetah final : public ContinuousEnv {
       const double x_before = d->qpos[0];
       for (int s = 0; s < kFrameSkip; ++s) mj_step(model_.get(), d);
       const double x_velocity = (d->qpos[0] - x_before) / dt;
-      const double reward = kForwardWeight * x_velocity - kControlWeight * control_cost;
-      returns_[i] += reward;
-      rewards_[i] = static_cast<float>(reward);
-      const bool ended = ++steps_[i] == kMaxEpisodeSteps;
-      truncated_[i] = ended ? 1 : 0;
-      episode_return_[i] = ended ? static_cast<float>(returns_[i]) : 0.f;
-      episode_length_[i] = ended ? steps_[i] : 0;
-      needs_reset_[i] = ended ? 1 : 0;
+      finish_step(i, kForwardWeight * x_velocity - kControlWeight * control_cost, false,
+                  kMaxEpisodeSteps);
       write_observation(i);
     }
   }
@@ -165,9 +150,6 @@ class HalfCheetah final : public ContinuousEnv {
   ModelPtr model_;
   std::vector<DataPtr> data_;
   std::vector<SplitMix64> rng_;
-  std::vector<std::int32_t> steps_;
-  std::vector<double> returns_;
-  std::vector<std::uint8_t> needs_reset_;
 };
 
 }  // namespace

@@ -63,6 +63,16 @@ class ContinuousEnv {
   // Gets actions already checked and clipped; must honour the auto-reset contract.
   virtual void do_step(std::span<const float> actions) = 0;
 
+  // The episode's bookkeeping, for do_reset() and do_step():
+  // env i starts an episode: its step results, step count and return are zeroed (the task
+  // writes its first observation);
+  void start_episode(std::size_t i);
+  // env i's step earned `reward`: it counts towards the episode, which ends terminated, or
+  // truncated once it has `max_steps` steps; the env's next step is then a reset;
+  void finish_step(std::size_t i, double reward, bool terminated, std::int32_t max_steps);
+  // whether env i's episode has ended (its next step starts a new one).
+  bool episode_over(std::size_t i) const { return over_[i] != 0; }
+
   std::vector<float> observations_;
   std::vector<float> rewards_;
   std::vector<std::uint8_t> terminated_;
@@ -76,6 +86,9 @@ class ContinuousEnv {
   int observation_size_;
   ActionBounds bounds_;
   std::vector<float> clipped_;
+  std::vector<double> returns_;      // of the episode so far, by env
+  std::vector<std::int32_t> steps_;  // of the episode so far, by env
+  std::vector<std::uint8_t> over_;   // the episode has ended, by env
 };
 
 // The names make_continuous_env accepts.
