@@ -7,7 +7,6 @@
 
 #include <array>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <numbers>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "replicator/errors.h"
+#include "src/base/launch_env.h"
 #include "src/rl/seeding.h"
 
 namespace replicator::rl {
@@ -31,7 +31,7 @@ using ModelPtr = std::shared_ptr<const mjModel>;
 using DataPtr = std::unique_ptr<mjData, DataDeleter>;
 
 std::filesystem::path assets_folder() {
-  if (const char* set = std::getenv("REPLICATOR_MUJOCO_ASSETS"); set != nullptr && *set != 0) {
+  if (const char* set = detail::env("REPLICATOR_MUJOCO_ASSETS"); set != nullptr && *set != 0) {
     return set;
   }
 #ifdef REPLICATOR_MUJOCO_ASSETS
@@ -60,7 +60,8 @@ ModelPtr load_model(const std::string& task, const std::string& file) {
 
 ActionBounds bounds_of(const mjModel& model) {
   ActionBounds bounds;
-  for (int k = 0; k < model.nu; ++k) {
+  const auto motors = static_cast<std::size_t>(model.nu);
+  for (std::size_t k = 0; k < motors; ++k) {
     bounds.low.push_back(static_cast<float>(model.actuator_ctrlrange[2 * k]));
     bounds.high.push_back(static_cast<float>(model.actuator_ctrlrange[2 * k + 1]));
   }
@@ -155,8 +156,8 @@ class HalfCheetah final : public ContinuousEnv {
 }  // namespace
 
 const std::vector<std::string>& mujoco_env_names() {
-  static const std::vector<std::string> names = {"half_cheetah"};
-  return names;
+  static const std::vector<std::string> kNames = {"half_cheetah"};
+  return kNames;
 }
 
 std::unique_ptr<ContinuousEnv> make_mujoco_env(std::string_view name, int num_envs,
