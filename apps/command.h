@@ -35,6 +35,9 @@ Command add_train_gan(CLI::App& train, char** argv);
 // `replicator train impala` (train_impala_command.cc); built with LibTorch only. `argv` as
 // for the classifier.
 Command add_train_impala(CLI::App& train, char** argv);
+// `replicator train d4pg` (train_d4pg_command.cc); built with LibTorch only. `argv` as for
+// add_train_classifier.
+Command add_train_d4pg(CLI::App& train, char** argv);
 // `replicator rl actor` (rl_actor_command.cc): a remote IMPALA actor; built with LibTorch
 // only (it fails with a clear error without gRPC). `argv` as for the classifier.
 Command add_rl_actor(CLI::App& rl, char** argv);

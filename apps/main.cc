@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   train->require_subcommand(1);
   commands.push_back(replicator::apps::add_train_classifier(*train, argv));
   commands.push_back(replicator::apps::add_train_impala(*train, argv));
+  commands.push_back(replicator::apps::add_train_d4pg(*train, argv));
   commands.push_back(replicator::apps::add_train_gan(*train, argv));
   commands.push_back(replicator::apps::add_bench_train(*bench));
   commands.push_back(replicator::apps::add_bench_gan(*bench));

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Runs one reinforcement-learning job over N seeds and reports what holds for every seed.
 
-    bench/rl_seeds.py [--seeds 5] [--base 0] [--out DIR] [--threshold X]
+    bench/rl_seeds.py [--seeds 5] [--base 0] [--out DIR] [--threshold X] [--parallel K]
                       [--reference LABEL=VALUE ...] -- ARGS...
 
 ARGS are the job's own (`train impala --env breakout --frames 5000000`, `train d4pg ...`);
-each seed runs `replicator ARGS --seed S --out DIR/seed-S --json --no-progress` in turn. The
+each seed runs `replicator ARGS --seed S --out DIR/seed-S --json --no-progress`, in turn, or K
+at a time with --parallel K (each then shares the machine with the others). The
 seeds are drawn from --base (the same base draws the same seeds). A seed whose folder holds a
 finished result is not run again, and an unfinished one resumes from its newest checkpoint
 (give ARGS a --checkpoint-every), so a long sweep can be stopped and started again.
@@ -19,6 +20,7 @@ folder, it runs nothing and draws the chart anew.
 """
 
 import argparse
+import concurrent.futures
 import json
 import math
 import os
@@ -202,6 +204,8 @@ def main():
                    metavar="LABEL=VALUE",
                    help="a published return at the run's last frame, drawn as a marker there "
                         "(repeatable), e.g. 'MinAtar paper, AC(0.8)=17.5'")
+    p.add_argument("--parallel", type=int, default=1,
+                   help="seeds run at once (default 1: in turn)")
     p.add_argument("--build", type=Path, default=ROOT / "build", help="build folder")
     p.add_argument("args", nargs=argparse.REMAINDER, help="-- then the job's arguments")
     o = p.parse_args()
@@ -210,6 +214,8 @@ def main():
         p.error("give the job after --, e.g. -- train impala --env breakout")
     if o.seeds < 1:
         p.error("--seeds must be at least 1")
+    if o.parallel < 1:
+        p.error("--parallel must be at least 1")
     if any(a in ("--seed", "--out") for a in args):
         p.error("the job's --seed and --out are this script's to set")
     binary = o.build / "replicator"
@@ -219,10 +225,14 @@ def main():
     seeds = draw_seeds(o.base, o.seeds)
     print(f"{len(seeds)} seeds from base {o.base}: {' '.join(map(str, seeds))}", flush=True)
     rows, random_return = [], math.nan
-    for i, seed in enumerate(seeds):
+    with concurrent.futures.ThreadPoolExecutor(max_workers=o.parallel) as pool:
+        runs = {pool.submit(run_seed, binary, args, seed, out / f"seed-{seed}"): seed
+                for seed in seeds}
+        for run in concurrent.futures.as_completed(runs):
+            print(f"seed {runs[run]}: done", flush=True)
+        results = [run.result() for run in runs]
+    for i, (seed, result) in enumerate(zip(seeds, results)):
         folder = out / f"seed-{seed}"
-        started = time.monotonic()
-        result = run_seed(binary, args, seed, folder)
         frames, returns, rr = curve_of(folder / "metrics.jsonl")
         if not returns:
             sys.exit(f"seed {seed}: {folder / 'metrics.jsonl'} holds no mean_return")
@@ -232,7 +242,8 @@ def main():
                      "frames_per_s": frames[-1] / max(result.get("seconds", math.nan), 1e-9),
                      "frames_curve": frames, "return_curve": returns})
         print(f"seed {i + 1}/{len(seeds)} ({seed}): final mean return {returns[-1]:.2f} "
-              f"at {frames[-1]:.0f} frames ({time.monotonic() - started:.0f} s here)", flush=True)
+              f"at {frames[-1]:.0f} frames ({result.get('wall_seconds', math.nan):.0f} s)",
+              flush=True)
     text, summary = summarise(rows, args, o.threshold)
     print(text, end="")
     (out / "summary.md").write_text(text)

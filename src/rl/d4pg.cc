@@ -206,6 +206,14 @@ void D4pgLearner::update_targets() {
   load_parameters(*target_critic_, flatten_parameters(*critic_));
 }
 
+void D4pgLearner::resume_at(std::int64_t updates) {
+  if (updates < 0) {
+    throw InvalidArgument("D4pgLearner::resume_at: a negative update count (" +
+                          std::to_string(updates) + ")");
+  }
+  updates_ = updates;
+}
+
 D4pgStats D4pgLearner::update(const TransitionBatch& share) {
   const std::int64_t B = share.observations.size(0);
   const std::int64_t O = policy_->observation_size();

@@ -182,6 +182,24 @@ TEST(D4pgLearnerTest, TargetsAreCopiedEveryPeriod) {
   });
 }
 
+// A learner resumed at update 3 of a period of 2 copies into its targets after its next
+// update (the 4th), as the learner without the stop would; a negative count is refused.
+TEST(D4pgLearnerTest, ResumedLearnerKeepsThePeriodsPhase) {
+  const std::vector<Transition> ts = synthetic_transitions(8, 9);
+  Replicator repl(Config{});
+  repl.run([&](ReplicaContext& ctx) {
+    Networks n = networks(6);
+    const std::vector<float> initial = flatten_parameters(*n.critic);
+    D4pgLearner learner(ctx, n.policy, n.critic, kOptions);
+    EXPECT_THROW(learner.resume_at(-1), InvalidArgument);
+    learner.resume_at(3);
+    learner.update(ts);
+    EXPECT_EQ(learner.updates(), 4);
+    EXPECT_EQ(flatten_parameters(*learner.target_critic()), flatten_parameters(*learner.critic()));
+    EXPECT_NE(flatten_parameters(*learner.critic()), initial);
+  });
+}
+
 // Making a learner (its target networks) draws nothing from LibTorch's default generator,
 // which the other replica threads may be drawing their networks from.
 TEST(D4pgLearnerTest, MakingALearnerDrawsNothingFromTheGenerator) {

@@ -152,6 +152,14 @@ class D4pgLearner {
   DeterministicPolicy& target_policy() { return target_policy_; }
   DistributionalCritic& target_critic() { return target_critic_; }
   std::int64_t updates() const { return updates_; }
+  // The networks' Adam optimizers (for a checkpoint).
+  ::torch::optim::Adam& policy_optimizer() { return *policy_optimizer_; }
+  ::torch::optim::Adam& critic_optimizer() { return *critic_optimizer_; }
+  // Counts `updates` updates as taken, for a learner whose networks, optimizers and target
+  // networks were loaded from a checkpoint written after that many: the targets' next copy
+  // then comes when it would have without the stop. Never blocks; throws InvalidArgument for
+  // a negative count.
+  void resume_at(std::int64_t updates);
 
  private:
   void update_targets();
