@@ -124,7 +124,7 @@ def parse_reference(text):
     return label, number
 
 
-def plot(path, title, rows, random_return, threshold, references=()):
+def plot(path, title, rows, random_return, threshold, references=(), y_label="mean return"):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -149,12 +149,20 @@ def plot(path, title, rows, random_return, threshold, references=()):
                 markerfacecolor="none", label=f"{label}: {value:g}")
     ax.set_title(title)
     ax.set_xlabel("frames")
-    ax.set_ylabel("mean return (newest 100 episodes)")
+    ax.set_ylabel(y_label)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def y_label_of(args):
+    """What the job's mean_return is: the noiseless policy's evaluation for D4PG, the actors'
+    newest 100 episodes for IMPALA."""
+    if args[:2] == ["train", "d4pg"]:
+        return "mean return (the noiseless policy, evaluation episodes)"
+    return "mean return (newest 100 episodes)"
 
 
 def title_of(args):
@@ -248,7 +256,8 @@ def main():
     print(text, end="")
     (out / "summary.md").write_text(text)
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    plot(out / "curve.png", title_of(args), rows, random_return, o.threshold, o.reference)
+    plot(out / "curve.png", title_of(args), rows, random_return, o.threshold, o.reference,
+         y_label_of(args))
     print(f"wrote {out / 'summary.md'}, {out / 'summary.json'}, {out / 'curve.png'}")
 
 
