@@ -169,18 +169,6 @@ WindowTotals sum_window(ReplicaContext& ctx, Window& w, const rl::ExplorationAct
           .episodes = static_cast<std::int64_t>(totals[6])};
 }
 
-std::string human_count(double n) {
-  char text[32];
-  if (n >= 1e6) {
-    std::snprintf(text, sizeof text, "%.2fM", n / 1e6);
-  } else if (n >= 1e3) {
-    std::snprintf(text, sizeof text, "%.1fk", n / 1e3);
-  } else {
-    std::snprintf(text, sizeof text, "%.0f", n);
-  }
-  return text;
-}
-
 void report(JobReporter& reporter, const D4pgShared& s, std::int64_t step, std::int64_t env_steps,
             double updates_per_s, double elapsed, const WindowTotals& t) {
   const D4pgJobOptions& o = s.options;
@@ -192,8 +180,8 @@ void report(JobReporter& reporter, const D4pgShared& s, std::int64_t step, std::
                 "step %lld/%lld  env steps %s  %.1f updates/s  %s samples/s  eval %s  actors "
                 "%.1f  critic %.3f  policy %.2f  ETA %s",
                 static_cast<long long>(step), static_cast<long long>(o.steps),
-                human_count(static_cast<double>(env_steps)).c_str(), updates_per_s,
-                human_count(updates_per_s * o.batch).c_str(), eval.c_str(), t.actor_return,
+                count_text(static_cast<double>(env_steps)).c_str(), updates_per_s,
+                count_text(updates_per_s * o.batch).c_str(), eval.c_str(), t.actor_return,
                 t.critic_loss, t.policy_loss, clock_text(reporter.eta(elapsed)).c_str());
   reporter.progress(line);
   nlohmann::ordered_json m = {{"type", "train"},

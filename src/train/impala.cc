@@ -73,18 +73,6 @@ std::unique_ptr<rl::BatchedEnv> make_job_env(const EnvSource& source, const std:
 
 using rl::random_policy_return;
 
-std::string human_count(double n) {
-  char text[32];
-  if (n >= 1e6) {
-    std::snprintf(text, sizeof text, "%.2fM", n / 1e6);
-  } else if (n >= 1e3) {
-    std::snprintf(text, sizeof text, "%.1fk", n / 1e3);
-  } else {
-    std::snprintf(text, sizeof text, "%.0f", n);
-  }
-  return text;
-}
-
 // The cores this process may run on: its affinity mask (what nproc counts), else all.
 int usable_cores() {
   cpu_set_t set;
@@ -310,8 +298,8 @@ void report_learner(JobReporter& reporter, const LearnerShared& s, std::int64_t 
                 "step %lld/%lld  frames %s/%s  %.0f frames/s  %.1f steps/s  return "
                 "%.1f  lag %.1f  queue %lld/%lld  ETA %s",
                 static_cast<long long>(step), static_cast<long long>(s.total_steps),
-                human_count(static_cast<double>(frames)).c_str(),
-                human_count(static_cast<double>(s.total_steps * s.frames_per_step)).c_str(),
+                count_text(static_cast<double>(frames)).c_str(),
+                count_text(static_cast<double>(s.total_steps * s.frames_per_step)).c_str(),
                 steps_per_s * frames_per_step, steps_per_s, t.mean_return, t.lag,
                 static_cast<long long>(q.size), static_cast<long long>(q.max_size),
                 clock_text(reporter.eta(elapsed)).c_str());

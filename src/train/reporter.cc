@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <string_view>
 #include <system_error>
 #include <utility>
@@ -23,6 +24,18 @@ double now_s() {
 }
 
 }  // namespace
+
+std::string count_text(double n) {
+  char text[32];
+  if (n >= 1e6) {
+    std::snprintf(text, sizeof text, "%.2fM", n / 1e6);
+  } else if (n >= 1e3) {
+    std::snprintf(text, sizeof text, "%.1fk", n / 1e3);
+  } else {
+    std::snprintf(text, sizeof text, "%.0f", n);
+  }
+  return text;
+}
 
 std::string clock_text(double seconds) {
   // NaN compares false: !(x > 0) catches it with the negatives.

@@ -105,5 +105,12 @@ TEST(Job, ClockTextAndEta) {
   EXPECT_DOUBLE_EQ(eta_seconds(10, 30, 30), 0);
 }
 
+TEST(Job, CountText) {
+  EXPECT_EQ(count_text(0), "0");
+  EXPECT_EQ(count_text(950), "950");
+  EXPECT_EQ(count_text(12'500), "12.5k");
+  EXPECT_EQ(count_text(3'204'000), "3.20M");
+}
+
 }  // namespace
 }  // namespace replicator::train

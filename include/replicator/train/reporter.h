@@ -34,6 +34,10 @@ struct Image;
 // std::bad_alloc.
 std::string clock_text(double seconds);
 
+// A count as a progress line shows it: "950", "12.5k", "3.20M". Never throws but
+// std::bad_alloc.
+std::string count_text(double n);
+
 // Seconds on the steady clock since `start`, as a job's results and rates count them. Never
 // blocks; never throws.
 double seconds_since(std::chrono::steady_clock::time_point start);
