@@ -150,22 +150,21 @@ double newest_mean(const std::vector<float>& returns, std::size_t n) {
 WindowTotals sum_window(ReplicaContext& ctx, Window& w, const rl::ExplorationActor& actor,
                         double eval) {
   const double mean = newest_mean(actor.episode_returns(), 100);
-  double totals[7] = {w.critic_loss,
+  const bool evaluated = !std::isnan(eval);
+  double totals[8] = {w.critic_loss,
                       w.policy_loss,
                       w.updates,
                       std::isnan(mean) ? 0 : mean,
                       std::isnan(mean) ? 0.0 : 1.0,
-                      std::isnan(eval) ? 0 : eval,
-                      static_cast<double>(actor.episode_returns().size())};
-  const bool evaluated = !std::isnan(eval);
+                      evaluated ? eval : 0,
+                      static_cast<double>(actor.episode_returns().size()),
+                      evaluated ? 1.0 : 0.0};
   ctx.all_reduce(std::span<double>(totals));
-  double has_eval = evaluated ? 1 : 0;
-  ctx.all_reduce(std::span<double>(&has_eval, 1));
   w = {};
   return {.critic_loss = totals[2] > 0 ? totals[0] / totals[2] : 0,
           .policy_loss = totals[2] > 0 ? totals[1] / totals[2] : 0,
           .actor_return = totals[4] > 0 ? totals[3] / totals[4] : kNaN,
-          .eval_return = has_eval > 0 ? totals[5] : kNaN,
+          .eval_return = totals[7] > 0 ? totals[5] : kNaN,
           .episodes = static_cast<std::int64_t>(totals[6])};
 }
 
