@@ -28,7 +28,12 @@
 // calls, a one-element native all-reduce as barrier, `iters` timed calls; each repeat's per-call
 // time is the max over processes (combined afterwards by one all_reduce kMax step), and the row is
 // their median. Its replicas are the P processes (busbw with n = P). The table adds the ratio
-// ours/native busbw on that row (JSON: busbw_ours_over_native).
+// ours/native busbw on that row (JSON: busbw_ours_over_native; time_ours_over_native is its
+// inverse): the median over repeats of the ratio within each repeat's pair, not the ratio of
+// the two medians. The machine's speed drifts by more than 5 % over seconds here; the two
+// calls of a pair, run back to back, see the same speed, and their ratio is what the row
+// compares (where ours is the engine's own call behind its frame, a ratio of two medians
+// taken from different repeats read 0.85-1.13 over eight runs on one day).
 //
 // --check adds an untimed pass of `iters` calls after the timed ones: before each call
 // every replica writes inputs that depend on its (global) id and on the iteration (and
@@ -323,16 +328,11 @@ struct Row {
   double max_seconds = 0;
   std::optional<bool> check_ok;
   // A row of the engine's own all-reduce ("<engine>-native"): its replicas are the P
-  // processes; `ours_busbw` is our busbw at the same size, for the ratio.
+  // processes; the ratio to ours is the median over repeats of ours / native time, pair by
+  // pair.
   bool native = false;
-  double ours_busbw = 0;
+  double ours_over_native_time = 0;
 };
-
-double busbw_of(const Settings& s, const Row& row) {
-  const int r = row.native ? s.processes : s.replicas;
-  const double algbw = row.bytes ? static_cast<double>(row.bytes) / row.seconds / 1e9 : 0.0;
-  return algbw * bus_factor(row.kind, r);
-}
 
 void print_header(const Settings& s) {
   if (!s.across_processes()) {
@@ -373,8 +373,11 @@ void print_row(const Settings& s, const Row& row) {
   const bool impossible = past_the_cache(s, row, r) && mem_fraction > kFasterThanMemory;
   if (impossible) ++s.faster_than_memory;
   const char* check = !row.check_ok ? "-" : *row.check_ok ? "ok" : "FAIL";
-  const bool has_ratio = row.native && busbw > 0;  // ours / native busbw
-  const double ratio = has_ratio ? row.ours_busbw / busbw : 0.0;
+  const bool has_ratio = row.native && row.ours_over_native_time > 0;  // ours / native busbw
+  // Busbw counts ours over R replicas and the native call over P processes.
+  const double ratio = has_ratio ? bus_factor(row.kind, s.replicas) / bus_factor(row.kind, r) /
+                                       row.ours_over_native_time
+                                 : 0.0;
   if (s.json) {
     Json j;
     j["type"] = "collective";
@@ -409,8 +412,10 @@ void print_row(const Settings& s, const Row& row) {
     if (row.native) {
       if (has_ratio) {
         j["busbw_ours_over_native"] = ratio;
+        j["time_ours_over_native"] = row.ours_over_native_time;
       } else {
         j["busbw_ours_over_native"] = nullptr;
+        j["time_ours_over_native"] = nullptr;
       }
     }
     std::printf("%s\n", j.dump().c_str());
@@ -658,7 +663,7 @@ class CollectiveBench {
       }
     }
     print_row(s_, row);
-    if (with_native) print_native(row, native_times);
+    if (with_native) print_native(row, times, native_times);
     return row.check_ok.value_or(true);
   }
 
@@ -678,8 +683,11 @@ class CollectiveBench {
     return std::max(std::chrono::duration<double>(stop - start).count() / iters, 1e-9);
   }
 
-  // The native row, printed right after ours: each repeat's time is the max over processes.
-  void print_native(const Row& ours, const std::vector<double>& times) {
+  // The native row, printed right after ours: each repeat's time is the max over processes;
+  // `ours` holds our time of each repeat (already the max over every replica), paired with
+  // the native time of the same repeat for the ratio.
+  void print_native(const Row& ours, const std::vector<double>& ours_times,
+                    const std::vector<double>& times) {
     std::vector<double> slowest;
     repl_.run([&](ReplicaContext& ctx) {
       std::vector<double> mine = times;
@@ -695,7 +703,11 @@ class CollectiveBench {
     row.seconds = median(slowest);
     row.min_seconds = *std::min_element(slowest.begin(), slowest.end());
     row.max_seconds = *std::max_element(slowest.begin(), slowest.end());
-    row.ours_busbw = busbw_of(s_, ours);
+    std::vector<double> pairs;
+    for (std::size_t i = 0; i < std::min(ours_times.size(), slowest.size()); ++i) {
+      if (slowest[i] > 0) pairs.push_back(ours_times[i] / slowest[i]);
+    }
+    if (!pairs.empty() && row.bytes > 0) row.ours_over_native_time = median(pairs);
     print_row(s_, row);
   }
 

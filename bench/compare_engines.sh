@@ -111,6 +111,18 @@ def ratio(a, b):
     return f"{a / b:.2f}" if a is not None and b else "-"
 
 
+def busbw_ratio(rows, engine, size):
+    """ours / native busbw: the median of the per-repeat pairs' ratios (bench collectives)."""
+    n = rows.get((engine + "-native", size))
+    return n.get("busbw_ours_over_native") if n else None
+
+
+def time_ratio(rows, engine, size):
+    """ours / native time, pair by pair as busbw_ratio."""
+    n = rows.get((engine + "-native", size))
+    return n.get("time_ours_over_native") if n else None
+
+
 def describe(row):
     return (f"{row['processes']} processes x {row['local_replicas']} local replicas "
             f"= {row['replicas']} replicas")
@@ -137,15 +149,18 @@ def versus(name, engine, label, title):
           f"({memory['threads']} threads)")
     print()
     print(f"| bytes | ours µs | ours busbw GB/s | {label} µs | {label} busbw GB/s "
-          f"| busbw ours/{label} | time ours/{label} |")
+          f"| busbw ours/{label}* | time ours/{label}* |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for size in sizes:
         o, n = rows.get((engine, size)), rows.get((engine + "-native", size))
         if not o and not n:
             continue
+        b, t = busbw_ratio(rows, engine, size), time_ratio(rows, engine, size)
         print(f"| {human(size)} | {us(o)} | {bw(o)} | {us(n)} | {bw(n)} "
-              f"| {ratio(o and o['busbw_gbps'], n and n['busbw_gbps'])} "
-              f"| {ratio(o and o['time_us'], n and n['time_us'])} |")
+              f"| {'-' if b is None else f'{b:.2f}'} | {'-' if t is None else f'{t:.2f}'} |")
+    print()
+    print(f"\\* the median over repeats of the ratio within each repeat's pair (ours and {label}'s, "
+          "run back to back), not the ratio of the two medians beside it")
     print()
     return rows
 
@@ -183,9 +198,6 @@ def check(label, pairs, good):
     print(f"- {label}: " + ("met" if not missed else "MISSED at " + ", ".join(missed)))
 
 
-def busbw_ratio(rows, engine, size):
-    o, n = rows.get((engine, size)), rows.get((engine + "-native", size))
-    return o["busbw_gbps"] / n["busbw_gbps"] if o and n and n["busbw_gbps"] else None
 
 
 big = [size for size in sizes if size >= 1 << 20]
@@ -193,9 +205,6 @@ mid = [size for size in sizes if size >= 64 << 10]
 small = [size for size in sizes if size <= 4 << 10]
 
 
-def time_ratio(rows, engine, size):
-    o, n = rows.get((engine, size)), rows.get((engine + "-native", size))
-    return o["time_us"] / n["time_us"] if o and n and n["time_us"] else None
 
 
 check("(a) >= 64 KiB: busbw ours/MPI >= 0.95",
