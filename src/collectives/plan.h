@@ -46,16 +46,21 @@ std::string_view to_string(AllReduceAlgorithm algorithm);
 // and a ring streams at another speed than a copy that fits in it). Zero where not
 // measured; the chooser then keeps to its fixed limits.
 // 512 KiB is half a shared-memory ring (the largest step that stays in it, see
-// TransportTraits::shared_step_bytes); 16 MiB, past which every time is a line of the
-// memory's bandwidth.
-inline constexpr std::array<std::size_t, 8> kCostBytes = {64,
+// TransportTraits::shared_step_bytes); 16 and 64 MiB, past the caches. Past 16 MiB not
+// every time is a line of the memory's bandwidth: OpenMPI's MPI_Allreduce between two
+// processes of one host took 2.4-2.7 ms at 16 MiB and 25-37 ms at 64 MiB (a third of the
+// busbw), while the pipelined steps through the rings took 12.5-13 ms, and a line drawn
+// from 16 MiB had the chooser hand 64 MiB to MPI_Allreduce
+// (bench/results/2026-12-07-mpi-all-sizes).
+inline constexpr std::array<std::size_t, 9> kCostBytes = {64,
                                                           std::size_t{16} << 10,
                                                           std::size_t{64} << 10,
                                                           std::size_t{256} << 10,
                                                           std::size_t{512} << 10,
                                                           std::size_t{1} << 20,
                                                           std::size_t{4} << 20,
-                                                          std::size_t{16} << 20};
+                                                          std::size_t{16} << 20,
+                                                          std::size_t{64} << 20};
 struct TransportCosts {
   using Times = std::array<double, kCostBytes.size()>;
   // Seconds of one exchange in which every process sends that many bytes to every other

@@ -51,9 +51,9 @@ bool needs_calibration(const ProcessLayout& layout);
 
 // Collective over every process of `layout` (each calls it once, with the same `folder`):
 // where needs_calibration(), process 0 reads the kept calibration; if there is none, or it
-// is stale, every process measures (lane 0, at each of kCostBytes from 64 B to 16 MiB: an
+// is stale, every process measures (lane 0, at each of kCostBytes from 64 B to 64 MiB: an
 // exchange between every pair, in one message and in the pipelined plan's steps, the
-// engine's own all-reduce, and a reduction; under a second between two processes of one
+// engine's own all-reduce, and a reduction; about a second between two processes of one
 // host), and process 0 keeps its figures. Process 0's
 // figures then reach every process. A file that cannot be written is skipped. Blocks for the
 // exchanges; throws what Transport::exchange throws (Timeout past `timeout` for each, PeerLost,

@@ -201,8 +201,10 @@ TEST(TransportCostsTest, ReadsBetweenTheMeasuredSizesOnStraightLines) {
   // Halfway between 16 and 64 KiB.
   EXPECT_DOUBLE_EQ(TransportCosts::at(t, 40 << 10), 2.5);
   EXPECT_DOUBLE_EQ(TransportCosts::at(t, 4 << 20), 7);
-  // Past the largest, on the last segment's line (1 per 12 MiB).
-  EXPECT_DOUBLE_EQ(TransportCosts::at(t, 28 << 20), 9);
+  // A quarter of the way from 16 to 64 MiB.
+  EXPECT_DOUBLE_EQ(TransportCosts::at(t, 28 << 20), 8.25);
+  // Past the largest, on the last segment's line (1 per 48 MiB).
+  EXPECT_DOUBLE_EQ(TransportCosts::at(t, std::size_t{112} << 20), 10);
   EXPECT_FALSE(TransportCosts{}.exchange_known());
   TransportCosts some;
   some.exchange_s = t;
