@@ -92,8 +92,7 @@ TEST_P(LayoutTest, AllReduceBitsMatchTheLocalEngine) {
       Replicator repl(config);
       repl.run([&](ReplicaContext& ctx) {
         auto v = data_of(ctx.replica_id(), n);
-        std::vector<bfloat16> b;
-        for (float x : v) b.emplace_back(x);
+        std::vector<bfloat16> b(v.begin(), v.end());
         ctx.all_reduce(v);
         ctx.all_reduce(b, {.op = ReduceOp::kMean});
         reference[static_cast<std::size_t>(ctx.replica_id())] = v;
@@ -117,8 +116,7 @@ TEST_P(LayoutTest, AllReduceBitsMatchTheLocalEngine) {
                   [&](ReplicaContext& ctx) {
                     ASSERT_EQ(ctx.num_replicas(), R);
                     auto v = data_of(ctx.replica_id(), n);
-                    std::vector<bfloat16> b;
-                    for (float x : v) b.emplace_back(x);
+                    std::vector<bfloat16> b(v.begin(), v.end());
                     ctx.all_reduce(v);
                     ctx.all_reduce(b, {.op = ReduceOp::kMean});
                     // Fused, mixed dtypes: floats again plus integers with a closed form.
@@ -174,7 +172,7 @@ TEST_P(LayoutTest, EveryCollectiveAcrossProcesses) {
                 [&](ReplicaContext& ctx) {
                   const int me = ctx.replica_id();
                   const auto value = [](int r, std::size_t i) {
-                    return static_cast<double>(r * 1000 + i % 97);
+                    return static_cast<double>(static_cast<std::size_t>(r) * 1000 + i % 97);
                   };
                   // all_gather
                   std::vector<double> in(n), out(n * static_cast<std::size_t>(R), -1);
