@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "replicator/device.h"
 #include "replicator/errors.h"
 #include "replicator/replicator.h"
 #include "replicator/torch/cpu_kernels.h"
@@ -29,17 +30,22 @@ std::uint64_t shape_signature(const std::vector<::torch::Tensor>& tensors, std::
   return h | 1;  // never 0, which means "no signature"
 }
 
-void require_cpu(const ::torch::Tensor& t, const char* op) {
+// The memory a tensor's elements live in; throws InvalidArgument naming `op` for an undefined
+// tensor or one on a device replicator does not carry.
+Device placed(const ::torch::Tensor& t, const char* op) {
   if (!t.defined()) throw InvalidArgument(std::string(op) + ": the tensor is undefined");
-  if (!t.device().is_cpu()) {
-    throw InvalidArgument(std::string(op) + ": tensors must be on the CPU, got one on " +
-                          t.device().str());
+  try {
+    return device_of(t.device());
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string(op) + ": " + e.what());
   }
 }
 
+void require_placed(const ::torch::Tensor& t, const char* op) { (void)placed(t, op); }
+
 Buffer buffer_over(const ::torch::Tensor& contiguous) {
   return Buffer{contiguous.data_ptr(), static_cast<std::size_t>(contiguous.numel()),
-                dtype_of(contiguous.scalar_type())};
+                dtype_of(contiguous.scalar_type()), device_of(contiguous.device())};
 }
 
 // The tensors of an in-place call as contiguous buffers; non-contiguous ones go through a
@@ -49,7 +55,7 @@ class Staged {
   Staged(const std::vector<::torch::Tensor>& tensors, const char* op) {
     buffers_.reserve(tensors.size());
     for (const ::torch::Tensor& t : tensors) {
-      require_cpu(t, op);
+      require_placed(t, op);
       if (t.is_contiguous()) {
         buffers_.push_back(buffer_over(t));
       } else {
@@ -84,6 +90,20 @@ std::int64_t rows_per_replica(const ::torch::Tensor& t, int replicas, const char
 }
 
 }  // namespace
+
+Device device_of(const c10::Device& device) {
+  if (device.is_cpu()) return Device{};
+  if (device.is_cuda()) {
+    if (!built_with_cuda()) {
+      throw InvalidArgument("a tensor on " + device.str() +
+                            ": this build of replicator has no CUDA device path (it was built "
+                            "without nvcc; REPLICATOR_WITH_CUDA)");
+    }
+    return Device{MemoryKind::kCuda, static_cast<std::int16_t>(device.has_index() ? device.index()
+                                                                                   : 0)};
+  }
+  throw InvalidArgument("tensors must be on the CPU or a CUDA device, got one on " + device.str());
+}
 
 DType dtype_of(c10::ScalarType type) {
   switch (type) {
@@ -155,7 +175,7 @@ template <typename Options, typename Collective>
 
 ::torch::Tensor all_gather(ReplicaContext& ctx, const ::torch::Tensor& tensor,
                            const CollectiveOptions& options, CallSite where) {
-  require_cpu(tensor, "all_gather");
+  require_placed(tensor, "all_gather");
   const ::torch::Tensor in = tensor.contiguous();
   std::vector<std::int64_t> shape = sizes_of(in);
   shape.insert(shape.begin(), ctx.num_replicas());
@@ -166,7 +186,7 @@ template <typename Options, typename Collective>
 
 ::torch::Tensor reduce_scatter(ReplicaContext& ctx, const ::torch::Tensor& tensor,
                                const ReduceOptions& options, CallSite where) {
-  require_cpu(tensor, "reduce_scatter");
+  require_placed(tensor, "reduce_scatter");
   const std::int64_t rows = rows_per_replica(tensor, ctx.num_replicas(), "reduce_scatter");
   const ::torch::Tensor in = tensor.contiguous();
   std::vector<std::int64_t> shape = sizes_of(in);
@@ -178,7 +198,7 @@ template <typename Options, typename Collective>
 
 ::torch::Tensor all_to_all(ReplicaContext& ctx, const ::torch::Tensor& tensor,
                            const CollectiveOptions& options, CallSite where) {
-  require_cpu(tensor, "all_to_all");
+  require_placed(tensor, "all_to_all");
   rows_per_replica(tensor, ctx.num_replicas(), "all_to_all");
   const ::torch::Tensor in = tensor.contiguous();
   return into_new(in, sizes_of(in), options, [&](Buffer i, Buffer o, const CollectiveOptions& opt) {
@@ -187,7 +207,7 @@ template <typename Options, typename Collective>
 }
 
 Buffer buffer_of(const ::torch::Tensor& contiguous) {
-  require_cpu(contiguous, "buffer_of");
+  require_placed(contiguous, "buffer_of");
   if (!contiguous.is_contiguous()) {
     throw InvalidArgument("buffer_of: the tensor of shape " + c10::str(contiguous.sizes()) +
                           " is not contiguous");

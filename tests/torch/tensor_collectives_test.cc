@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "replicator/device.h"
 #include "replicator/errors.h"
 #include "replicator/replicator.h"
 #include "replicator/torch/cpu_kernels.h"
@@ -27,6 +28,16 @@
 namespace {
 
 namespace rt = replicator::torch;
+
+// Expects `call` to throw replicator::InvalidArgument whose message holds `text`.
+void expect_invalid(const std::function<void()>& call, const std::string& text) {
+  try {
+    call();
+    ADD_FAILURE() << "no InvalidArgument; expected one saying \"" << text << "\"";
+  } catch (const replicator::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+}
 using replicator::Config;
 using replicator::DType;
 using replicator::ReduceOp;
@@ -509,6 +520,29 @@ TEST(BufferOfTest, CoversAContiguousTensorAndRefusesOthers) {
   EXPECT_THROW(rt::buffer_of(t.view({2, 3}).t()), replicator::InvalidArgument);
   EXPECT_THROW(rt::buffer_of(torch::Tensor()), replicator::InvalidArgument);
   EXPECT_THROW(rt::buffer_of(torch::zeros({2}, torch::kBool)), replicator::InvalidArgument);
+}
+
+// device_of: the CPU is the host, cuda:n is CUDA device n (where the build has the CUDA
+// device path), and any other device is refused by name, before any communication.
+TEST(DeviceOfTest, MapsCpuAndCudaAndRefusesOtherDevices) {
+  EXPECT_EQ(rt::device_of(c10::Device(c10::kCPU)), replicator::Device{});
+  const c10::Device cuda3(c10::kCUDA, 3);
+  if (replicator::built_with_cuda()) {
+    EXPECT_EQ(rt::device_of(cuda3), (replicator::Device{replicator::MemoryKind::kCuda, 3}));
+  } else {
+    expect_invalid([&] { rt::device_of(cuda3); }, "no CUDA device path");
+  }
+  expect_invalid([] { rt::device_of(c10::Device(c10::kMeta)); }, "got one on meta");
+
+  const torch::Tensor meta = torch::empty({4}, torch::TensorOptions().device(c10::kMeta));
+  replicator::Config config;
+  config.local_replicas = 1;
+  replicator::Replicator repl(config);
+  repl.run([&](replicator::ReplicaContext& ctx) {
+    expect_invalid([&] { rt::all_reduce(ctx, meta); }, "all_reduce: tensors must be on the CPU or");
+    expect_invalid([&] { rt::all_gather(ctx, meta); }, "all_gather: tensors must be on the CPU");
+    expect_invalid([&] { rt::buffer_of(meta); }, "buffer_of: tensors must be on the CPU");
+  });
 }
 
 // prepare_cpu_kernels leaves LibTorch's results as they were.

@@ -1,10 +1,13 @@
 // Collectives on torch::Tensor, built on ReplicaContext's. Every call BLOCKS until all
 // replicas made the same call (see replica_context.h for the contract), and throws what
 // the context's collectives throw:
-//   InvalidArgument     a tensor is not on the CPU, has a dtype replicator does not carry
-//                       (bool, complex, int8/16, uint16+), or the shapes do not fit the call;
+//   InvalidArgument     a tensor is neither on the CPU nor on a CUDA device (a CUDA one in a
+//                       build without the CUDA device path, too), has a dtype replicator does
+//                       not carry (bool, complex, int8/16, uint16+), or the shapes do not fit
+//                       the call, or one call mixes CPU and CUDA tensors;
 //   CollectiveMismatch  replicas passed different dtypes or shapes (shapes are compared
-//                       across replicas, not only element counts), or different calls;
+//                       across replicas, not only element counts), CPU tensors on one and
+//                       CUDA tensors on another (replicator/device.h), or different calls;
 //   Timeout, Aborted, PeerLost as for every collective.
 // Supported dtypes: float32, float64, bfloat16, float16, int32, int64, uint8. Tensors may
 // be non-contiguous (they go through a contiguous copy); in-place calls write through the
@@ -18,6 +21,7 @@
 
 #include <vector>
 
+#include "replicator/device.h"
 #include "replicator/dtype.h"
 #include "replicator/replica_context.h"
 
@@ -26,9 +30,17 @@ namespace replicator::torch {
 // The replicator dtype of a LibTorch scalar type; throws InvalidArgument for others.
 DType dtype_of(c10::ScalarType type);
 
-// The Buffer over a contiguous CPU tensor's elements, for ReplicaContext's own collectives
-// (the tensor must outlive the call). Throws InvalidArgument for a tensor that is undefined,
-// not on the CPU, not contiguous, or of a dtype dtype_of() refuses.
+// Where a tensor on `device` lives for replicator: the CPU is the host, cuda:n is CUDA device
+// n (a collective on CUDA tensors runs the device path of replicator/device.h: it waits for
+// the work the calling thread issued on the device's default stream, which is LibTorch's
+// unless the caller set another, and returns with the results in the tensors). Throws
+// InvalidArgument for any other device, and for CUDA where built_with_cuda() is false.
+Device device_of(const c10::Device& device);
+
+// The Buffer over a contiguous tensor's elements, on the tensor's device (device_of), for
+// ReplicaContext's own collectives (the tensor must outlive the call). Throws
+// InvalidArgument for a tensor that is undefined, on a device device_of() refuses, not
+// contiguous, or of a dtype dtype_of() refuses.
 Buffer buffer_of(const ::torch::Tensor& contiguous);
 
 // Reduces `tensor` over replicas in place (sum by default; kMean divides by R).
