@@ -99,8 +99,8 @@ Device device_of(const c10::Device& device) {
                             ": this build of replicator has no CUDA device path (it was built "
                             "without nvcc; REPLICATOR_WITH_CUDA)");
     }
-    return Device{MemoryKind::kCuda, static_cast<std::int16_t>(device.has_index() ? device.index()
-                                                                                   : 0)};
+    return Device{MemoryKind::kCuda,
+                  static_cast<std::int16_t>(device.has_index() ? device.index() : 0)};
   }
   throw InvalidArgument("tensors must be on the CPU or a CUDA device, got one on " + device.str());
 }
