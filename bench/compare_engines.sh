@@ -198,13 +198,9 @@ def check(label, pairs, good):
     print(f"- {label}: " + ("met" if not missed else "MISSED at " + ", ".join(missed)))
 
 
-
-
 big = [size for size in sizes if size >= 1 << 20]
 mid = [size for size in sizes if size >= 64 << 10]
 small = [size for size in sizes if size <= 4 << 10]
-
-
 
 
 check("(a) >= 64 KiB: busbw ours/MPI >= 0.95",

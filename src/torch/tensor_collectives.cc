@@ -30,18 +30,16 @@ std::uint64_t shape_signature(const std::vector<::torch::Tensor>& tensors, std::
   return h | 1;  // never 0, which means "no signature"
 }
 
-// The memory a tensor's elements live in; throws InvalidArgument naming `op` for an undefined
-// tensor or one on a device replicator does not carry.
-Device placed(const ::torch::Tensor& t, const char* op) {
+// Throws InvalidArgument naming `op` for an undefined tensor or one on a device replicator
+// does not carry (device_of).
+void require_placed(const ::torch::Tensor& t, const char* op) {
   if (!t.defined()) throw InvalidArgument(std::string(op) + ": the tensor is undefined");
   try {
-    return device_of(t.device());
+    (void)device_of(t.device());
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(std::string(op) + ": " + e.what());
   }
 }
-
-void require_placed(const ::torch::Tensor& t, const char* op) { (void)placed(t, op); }
 
 Buffer buffer_over(const ::torch::Tensor& contiguous) {
   return Buffer{contiguous.data_ptr(), static_cast<std::size_t>(contiguous.numel()),
