@@ -58,6 +58,12 @@ class ReplicaContext {
   // The device this replica is bound to (Config::devices: replica r gets device r mod N; the
   // host when the job has no devices). Collectives take buffers on any device of that kind.
   Device device() const { return device_; }
+  // How many replicas of this process (this one included) are bound to device(): 1 unless
+  // the process has more replicas than devices (several replicas sharing a GPU), and L on
+  // the host. Layers whose collectives run from autograd's backward use it: autograd runs
+  // the backward of every graph on one GPU on one thread of its own, so replicas sharing a
+  // GPU cannot each block that thread in a collective. Never blocks, never throws.
+  int replicas_on_device() const { return replicas_on_device_; }
   // Number of collectives this replica has issued in the current run.
   std::uint64_t sequence() const { return sequence_; }
 
@@ -155,13 +161,14 @@ class ReplicaContext {
  private:
   friend class detail::WorkerPool;
   ReplicaContext(detail::Communicator* comm, int replica_id, int num_replicas, int local_id,
-                 int num_local, Device device)
+                 int num_local, Device device, int replicas_on_device)
       : comm_(comm),
         replica_id_(replica_id),
         num_replicas_(num_replicas),
         local_id_(local_id),
         num_local_(num_local),
-        device_(device) {}
+        device_(device),
+        replicas_on_device_(replicas_on_device) {}
   // The check every replica makes when its step function returns (its peers must not be
   // waiting in a collective).
   void end_step();
@@ -185,6 +192,7 @@ class ReplicaContext {
   int local_id_;
   int num_local_;
   Device device_;
+  int replicas_on_device_;
   std::uint64_t sequence_ = 0;
 };
 

@@ -189,6 +189,22 @@ TEST(DeviceConfig, ReplicasAreBoundToDevicesInTurn) {
   EXPECT_TRUE(host.run([](ReplicaContext& ctx) { return ctx.device().is_host(); })[4]);
 }
 
+// replicas_on_device(): how many of the process's replicas share the replica's device.
+TEST(DeviceConfig, CountsTheReplicasSharingADevice) {
+  const auto sharing = [](const char* devices) {
+    Config config;
+    config.local_replicas = 5;
+    config.devices = devices;
+    const auto counts =
+        Replicator(config).run([](ReplicaContext& ctx) { return ctx.replicas_on_device(); });
+    return std::vector<int>(counts.begin(), counts.end());
+  };
+  // fake:2: device 0 holds replicas 0, 2, 4, device 1 replicas 1, 3.
+  EXPECT_EQ(sharing("fake:2"), (std::vector<int>{3, 2, 3, 2, 3}));
+  EXPECT_EQ(sharing("fake:5"), std::vector<int>(5, 1));
+  EXPECT_EQ(sharing("host"), std::vector<int>(5, 5));
+}
+
 // ---- collectives on device buffers --------------------------------------------------------
 
 // The checks of tests/harness/device_checks.h on the fake device, and on CUDA where this
