@@ -56,11 +56,11 @@ void reduce_if_replicated(ReplicaContext* ctx, const ::torch::Tensor& sums) {
   if (ctx != nullptr && ctx->num_replicas() > 1) all_reduce(*ctx, sums);
 }
 
-// The fast loops (batch_norm_kernels.h) take float32 that is contiguous or, in 4 dimensions,
-// contiguous in channels-last order; other inputs go through LibTorch operations with the
-// same arithmetic.
+// The fast loops (batch_norm_kernels.h) take float32 in host memory that is contiguous or, in
+// 4 dimensions, contiguous in channels-last order; other inputs (CUDA tensors among them) go
+// through LibTorch operations with the same arithmetic.
 bool fast(const ::torch::Tensor& t) {
-  return t.scalar_type() == ::torch::kFloat32 && t.numel() > 0 &&
+  return t.device().is_cpu() && t.scalar_type() == ::torch::kFloat32 && t.numel() > 0 &&
          (t.is_contiguous() || t.is_contiguous(::torch::MemoryFormat::ChannelsLast));
 }
 
@@ -286,6 +286,10 @@ template <int Dims, typename Derived>
   ReplicaContext* ctx = shard_local         ? nullptr
                         : options.context() ? options.context()
                                             : ReplicaContext::current();
+  if (ctx != nullptr && ctx->num_replicas() > 1 && ::torch::GradMode::is_enabled()) {
+    require_own_backward_thread(*ctx, x.device(),
+                                "CrossReplicaBatchNorm" + std::to_string(Dims) + "d");
+  }
   const Statistics s = global_statistics(ctx, x);
   if (this->is_training() && options.track_running_stats()) {
     const ::torch::NoGradGuard no_grad;

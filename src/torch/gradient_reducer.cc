@@ -1,11 +1,19 @@
 // Buckets, gradient views and the accumulate-grad hooks that reduce a bucket from within
 // backward.
 //
-// Each bucket is one flat tensor: the gradients of its parameters back to back, then one
-// "present" flag per parameter (same dtype). A replica sets a parameter's flag when
-// backward accumulates into its gradient; after the reduction a flag is non-zero exactly
+// Each bucket is one flat tensor on its parameters' device: the gradients of its parameters
+// back to back, then one "present" flag per parameter (same dtype). A replica sets a parameter's
+// flag when backward accumulates into its gradient; after the reduction a flag is non-zero exactly
 // when some replica produced that gradient, so a parameter unused everywhere keeps an
 // undefined gradient, without a collective of its own.
+//
+// Only the replica's own thread issues collectives. Backward runs the hooks of CPU
+// parameters on the thread that called it; those of CUDA parameters run on autograd's thread
+// for their GPU, which every replica of the process on that GPU shares: a hook there that
+// blocked in a collective would keep the other replicas' backward (and so their part of the
+// collective) from running. Such hooks only mark their bucket complete, and synchronize()
+// reduces it. The bookkeeping the threads share is under a mutex, which no hook holds during
+// a collective.
 #include "replicator/torch/gradient_reducer.h"
 
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
@@ -13,6 +21,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <mutex>
 #include <string>
 
 #include "replicator/errors.h"
@@ -52,6 +61,7 @@ struct GradientReducer::State {
 
   ReplicaContext* ctx = nullptr;
   GradientOptions options;
+  std::mutex mu;  // slots' ready, buckets' flags and pending, next_to_reduce, the counts
   std::vector<Slot> slots;
   std::vector<Bucket> buckets;
   std::size_t next_to_reduce = 0;
@@ -64,29 +74,31 @@ struct GradientReducer::State {
     all_reduce(*ctx, buckets[b].flat, {.op = options.op, .timeout = options.timeout}, where);
   }
 
-  // Reduces every complete bucket at the head of the order.
-  void reduce_ready_prefix() {
-    while (next_to_reduce < buckets.size() && buckets[next_to_reduce].pending == 0) {
-      reduce(next_to_reduce++);
-      ++reduced_in_backward;
-    }
-  }
-
-  // Backward accumulated into slot `i`'s parameter gradient.
+  // Backward accumulated into slot `i`'s parameter gradient. On the replica's thread with
+  // `overlap`, reduces every complete bucket at the head of the order.
   void on_accumulated(std::size_t i) {
-    Slot& s = slots[i];
-    Bucket& bucket = buckets[s.bucket];
-    const ::torch::NoGradGuard no_grad;
-    ::torch::Tensor& grad = s.param.mutable_grad();
-    // AccumulateGrad replaces an undefined gradient by a tensor of its own; move it back.
-    if (!grad.is_same(s.view)) {
-      s.view.copy_(grad);
-      grad = s.view;
+    std::size_t first = 0, end = 0;  // the buckets this call reduces
+    {
+      const std::lock_guard lock(mu);
+      Slot& s = slots[i];
+      Bucket& bucket = buckets[s.bucket];
+      const ::torch::NoGradGuard no_grad;
+      ::torch::Tensor& grad = s.param.mutable_grad();
+      // AccumulateGrad replaces an undefined gradient by a tensor of its own; move it back.
+      if (!grad.is_same(s.view)) {
+        s.view.copy_(grad);
+        grad = s.view;
+      }
+      bucket.flags[s.index].fill_(1);
+      if (s.ready) return;
+      s.ready = true;
+      if (--bucket.pending != 0 || !options.overlap || ReplicaContext::current() != ctx) return;
+      first = end = next_to_reduce;
+      while (end < buckets.size() && buckets[end].pending == 0) ++end;
+      next_to_reduce = end;
+      reduced_in_backward += end - first;
     }
-    bucket.flags[s.index].fill_(1);
-    if (s.ready) return;
-    s.ready = true;
-    if (--bucket.pending == 0 && options.overlap) reduce_ready_prefix();
+    for (std::size_t b = first; b < end; ++b) reduce(b);
   }
 
   // Hooks slot `i`'s gradient accumulator. The accumulator node is kept alive here so
@@ -113,6 +125,7 @@ struct GradientReducer::State {
   }
 
   void finish(CallSite where) {
+    const std::lock_guard lock(mu);
     for (std::size_t i = 0; i < slots.size(); ++i) {
       if (!attached(i)) {
         throw Error("GradientReducer: the gradient of a parameter of shape " +
@@ -126,7 +139,7 @@ struct GradientReducer::State {
     while (next_to_reduce < buckets.size()) reduce(next_to_reduce++, where);
     const ::torch::NoGradGuard no_grad;
     for (Bucket& bucket : buckets) {
-      const ::torch::Tensor present = bucket.flags.ne(0);
+      const ::torch::Tensor present = bucket.flags.ne(0).to(::torch::kCPU);
       const auto* has = present.data_ptr<bool>();
       for (const std::size_t i : bucket.slots) {
         Slot& s = slots[i];
@@ -160,42 +173,42 @@ GradientReducer::GradientReducer(ReplicaContext& ctx, std::vector<::torch::Tenso
   std::vector<::torch::Tensor> params;
   for (auto it = parameters.rbegin(); it != parameters.rend(); ++it) {
     if (!it->defined() || !it->requires_grad()) continue;
-    if (!it->device().is_cpu()) {
-      throw InvalidArgument("GradientReducer: parameters must be on the CPU, got one on " +
-                            it->device().str());
+    try {
+      (void)device_of(it->device());  // throws for devices collectives do not reach
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(std::string("GradientReducer: a parameter of shape ") +
+                            c10::str(it->sizes()) + ": " + e.what());
     }
     dtype_of(it->scalar_type());  // throws for dtypes collectives do not carry
     params.push_back(*it);
   }
 
-  // Group by dtype, closing a bucket when the next parameter would overflow it.
+  // Group by dtype and device, closing a bucket when the next parameter would overflow it.
   struct Open {
     c10::ScalarType type;
+    c10::Device device;
     std::vector<std::size_t> members;
     std::size_t bytes = 0;
   };
   std::vector<Open> open;
   std::vector<std::vector<std::size_t>> groups;
-  std::vector<c10::ScalarType> group_types;
   for (std::size_t p = 0; p < params.size(); ++p) {
     const c10::ScalarType type = params[p].scalar_type();
+    const c10::Device device = params[p].device();
     const std::size_t bytes =
         static_cast<std::size_t>(params[p].numel()) * params[p].element_size();
-    auto it = std::find_if(open.begin(), open.end(), [&](const Open& o) { return o.type == type; });
+    auto it = std::find_if(open.begin(), open.end(),
+                           [&](const Open& o) { return o.type == type && o.device == device; });
     if (it != open.end() && it->bytes + bytes > options.bucket_bytes) {
       groups.push_back(std::move(it->members));
-      group_types.push_back(type);
       open.erase(it);
       it = open.end();
     }
-    if (it == open.end()) it = open.insert(open.end(), Open{type, {}, 0});
+    if (it == open.end()) it = open.insert(open.end(), Open{type, device, {}, 0});
     it->members.push_back(p);
     it->bytes += bytes;
   }
-  for (Open& o : open) {
-    groups.push_back(std::move(o.members));
-    group_types.push_back(o.type);
-  }
+  for (Open& o : open) groups.push_back(std::move(o.members));
 
   const ::torch::NoGradGuard no_grad;
   for (std::size_t b = 0; b < groups.size(); ++b) {

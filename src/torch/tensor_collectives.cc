@@ -4,6 +4,7 @@
 
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "replicator/device.h"
@@ -101,6 +102,26 @@ Device device_of(const c10::Device& device) {
                   static_cast<std::int16_t>(device.has_index() ? device.index() : 0)};
   }
   throw InvalidArgument("tensors must be on the CPU or a CUDA device, got one on " + device.str());
+}
+
+void require_own_backward_thread(const ReplicaContext& ctx, const c10::Device& device,
+                                 std::string_view who) {
+  if (!device.is_cuda() || ctx.num_local_replicas() == 1) return;
+  const Device own = device_of(device);
+  if (ctx.device() == own && ctx.replicas_on_device() == 1) return;
+  const std::string where = ctx.device() == own
+                                ? std::to_string(ctx.replicas_on_device()) +
+                                      " replicas of this process share " + device.str()
+                                : "replica " + std::to_string(ctx.replica_id()) + " is bound to " +
+                                      to_string(ctx.device()) + ", not " + device.str() +
+                                      ", and this process runs " +
+                                      std::to_string(ctx.num_local_replicas()) + " replicas";
+  throw InvalidArgument(std::string(who) + ": a tensor on " + device.str() + " while " + where +
+                        ". Autograd runs the backward of every graph on one GPU on one thread, "
+                        "where this collective would wait forever for a replica whose backward "
+                        "waits for that thread. Give each replica of a process a GPU of its own "
+                        "(Config::devices = \"cuda\" with a GPU per replica, tensors on "
+                        "ctx.device()), or run one process per GPU");
 }
 
 DType dtype_of(c10::ScalarType type) {

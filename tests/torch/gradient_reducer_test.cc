@@ -14,8 +14,10 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -392,7 +394,79 @@ TEST(GradientReducerTest, BadOptionsAndParametersAreInvalidArgument) {
                  replicator::InvalidArgument);
     const torch::Tensor complex = torch::ones({3}, torch::kComplexFloat).requires_grad_();
     EXPECT_THROW(rt::GradientReducer(ctx, {w, complex}), replicator::InvalidArgument);
+    const torch::Tensor meta =
+        torch::empty({2, 3}, torch::TensorOptions().device(c10::kMeta)).requires_grad_();
+    try {
+      rt::GradientReducer reducer(ctx, {w, meta});
+      ADD_FAILURE() << "a parameter on the meta device was taken";
+    } catch (const replicator::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("GradientReducer: a parameter of shape [2, 3]: "
+                                           "tensors must be on the CPU or a CUDA device"),
+                std::string::npos)
+          << e.what();
+    }
   });
+}
+
+// Backward's hooks that run on a thread other than the replica's (autograd's thread for a
+// GPU; here a thread of the test's) only mark their buckets complete: every bucket is
+// reduced in synchronize(), on the replica's thread, and the gradients have the bits they
+// have when backward runs on the replica's thread and reduces from within it.
+TEST(GradientReducerTest, HooksOffTheReplicaThreadLeaveTheReductionToSynchronize) {
+  constexpr int kReplicas = 3;
+  constexpr std::int64_t kRows = 4;
+  torch::manual_seed(11);
+  const torch::Tensor inputs = Mlp::Impl::input(kReplicas * kRows);
+  const torch::Tensor labels = torch::randint(Mlp::Impl::kClasses, {kReplicas * kRows});
+  const auto train = [&](bool backward_elsewhere) {
+    std::vector<Mlp> models;
+    for (int r = 0; r < kReplicas; ++r) {
+      torch::manual_seed(42);
+      models.push_back(Mlp());
+    }
+    Replicator repl(Config{.local_replicas = kReplicas});
+    return repl.run([&](ReplicaContext& ctx) {
+      Mlp& model = models[ctx.replica_id()];
+      rt::GradientReducer reducer(ctx, model->parameters(), {.bucket_bytes = 4});
+      const torch::Tensor x =
+          inputs.slice(0, ctx.replica_id() * kRows, (ctx.replica_id() + 1) * kRows);
+      const torch::Tensor y =
+          labels.slice(0, ctx.replica_id() * kRows, (ctx.replica_id() + 1) * kRows);
+      const torch::Tensor loss = torch::nn::functional::cross_entropy(model(x), y);
+      if (backward_elsewhere) {
+        std::exception_ptr failed;
+        std::thread autograd([&] {
+          try {
+            loss.backward();
+          } catch (...) {
+            failed = std::current_exception();
+          }
+        });
+        autograd.join();
+        if (failed) std::rethrow_exception(failed);
+      } else {
+        loss.backward();
+      }
+      reducer.synchronize();
+      std::vector<torch::Tensor> grads;
+      for (const torch::Tensor& p : model->parameters()) grads.push_back(p.grad().clone());
+      return std::make_tuple(reducer.buckets_reduced_in_backward(), reducer.num_buckets(), grads);
+    });
+  };
+  const auto here = train(false);
+  const auto elsewhere = train(true);
+  for (int r = 0; r < kReplicas; ++r) {
+    SCOPED_TRACE(::testing::Message() << "replica " << r);
+    EXPECT_EQ(std::get<0>(here[r]), std::get<1>(here[r]));  // all within backward
+    EXPECT_EQ(std::get<0>(elsewhere[r]), 0u);               // all in synchronize()
+    const auto& a = std::get<2>(here[r]);
+    const auto& b = std::get<2>(elsewhere[r]);
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t k = 0; k < a.size(); ++k) {
+      EXPECT_TRUE(torch::equal(a[k], b[k])) << "gradient " << k;
+      EXPECT_TRUE(torch::equal(b[k], std::get<2>(elsewhere[0])[k])) << "gradient " << k;
+    }
+  }
 }
 
 }  // namespace

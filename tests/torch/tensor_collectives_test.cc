@@ -545,6 +545,34 @@ TEST(DeviceOfTest, MapsCpuAndCudaAndRefusesOtherDevices) {
   });
 }
 
+// require_own_backward_thread: CPU tensors and one-replica processes pass; a CUDA tensor of
+// a process with several replicas passes only on a GPU the replica has to itself, so a
+// replica bound to the host or to another device is refused by name.
+TEST(RequireOwnBackwardThreadTest, RefusesAGpuAReplicaMayShare) {
+  const c10::Device cuda0(c10::kCUDA, 0);
+  const c10::Device cpu(c10::kCPU);
+  replicator::Config config;
+  config.local_replicas = 1;
+  replicator::Replicator(config).run([&](replicator::ReplicaContext& ctx) {
+    rt::require_own_backward_thread(ctx, cuda0, "Layer");
+    rt::require_own_backward_thread(ctx, cpu, "Layer");
+  });
+  config.local_replicas = 3;
+  for (const char* devices : {"host", "fake:3"}) {
+    config.devices = devices;
+    replicator::Replicator(config).run([&](replicator::ReplicaContext& ctx) {
+      rt::require_own_backward_thread(ctx, cpu, "Layer");
+      const std::string expected = replicator::built_with_cuda()
+                                       ? "Layer: a tensor on cuda:0 while replica " +
+                                             std::to_string(ctx.replica_id()) + " is bound to " +
+                                             replicator::to_string(ctx.device()) +
+                                             ", not cuda:0, and this process runs 3 replicas"
+                                       : "no CUDA device path";
+      expect_invalid([&] { rt::require_own_backward_thread(ctx, cuda0, "Layer"); }, expected);
+    });
+  }
+}
+
 // prepare_cpu_kernels leaves LibTorch's results as they were.
 TEST(PrepareCpuKernelsTest, RunsTwiceAndChangesNoResult) {
   const torch::Tensor x = torch::linspace(-3, 3, 64).view({8, 8});

@@ -11,7 +11,9 @@
 // training mode on a collective per call (one in forward, one in backward), so every
 // replica must run the same layers in the same order, and they throw what collectives
 // throw; forward throws InvalidArgument for an input of the wrong rank or channel count,
-// or with a single value per channel over all replicas.
+// with a single value per channel over all replicas, or (with gradients enabled) on a GPU
+// whose backward this replica would share with another replica of its process
+// (tensor_collectives.h: require_own_backward_thread). CPU and CUDA tensors both work.
 //
 // Input shapes: CrossReplicaBatchNorm1d takes [N, C] or [N, C, L]; CrossReplicaBatchNorm2d
 // takes [N, C, H, W]. Parameters and buffers have the names of torch::nn::BatchNorm*d

@@ -15,6 +15,14 @@
 // Use from the replica's own thread, as every ReplicaContext call.
 // Models whose set of used parameters differs between replicas in a step (data-dependent
 // branches) must set overlap = false, so that all buckets are reduced in synchronize().
+//
+// Parameters may be on the CPU or on CUDA devices (a bucket holds parameters of one dtype on
+// one device, and is reduced where it lies: replicator/device.h). Overlap needs backward's
+// hooks to run on the replica's thread, as they do for CPU parameters; autograd runs those of
+// CUDA parameters on a thread of its own per GPU, shared by every replica on that GPU, where
+// a collective could wait forever for a replica whose backward waits for that thread. So
+// CUDA buckets are reduced in synchronize(), after backward, and buckets_reduced_in_backward()
+// counts none of them.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -40,8 +48,9 @@ struct GradientOptions {
 class GradientReducer {
  public:
   // Registers on `parameters` (those with requires_grad; others are ignored). Throws
-  // InvalidArgument for parameters not on the CPU or of a dtype collectives do not carry,
-  // or for bucket_bytes == 0. Does not communicate.
+  // InvalidArgument for parameters on a device or of a dtype collectives do not carry
+  // (tensor_collectives.h: device_of, dtype_of), or for bucket_bytes == 0. Does not
+  // communicate.
   GradientReducer(ReplicaContext& ctx, std::vector<::torch::Tensor> parameters,
                   GradientOptions options = {});
   ~GradientReducer();

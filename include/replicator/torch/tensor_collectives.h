@@ -19,6 +19,7 @@
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
+#include <string_view>
 #include <vector>
 
 #include "replicator/device.h"
@@ -36,6 +37,17 @@ DType dtype_of(c10::ScalarType type);
 // unless the caller set another, and returns with the results in the tensors). Throws
 // InvalidArgument for any other device, and for CUDA where built_with_cuda() is false.
 Device device_of(const c10::Device& device);
+
+// For a collective that `who` issues from autograd's backward on tensors on `device`: throws
+// InvalidArgument (naming `who`, the device and the replicas) where that collective could
+// wait forever. Autograd runs the backward of CUDA tensors on one thread per GPU, shared by
+// every graph on that GPU, so when two replicas of this process run their backward on one
+// GPU, the first to block that thread in a collective keeps the other from reaching it.
+// Passes for CPU tensors (each replica's backward runs on its own thread), for a process
+// of one replica, and for a replica alone on its device (ctx.device() is `device` and
+// ctx.replicas_on_device() is 1). Never blocks.
+void require_own_backward_thread(const ReplicaContext& ctx, const c10::Device& device,
+                                 std::string_view who);
 
 // The Buffer over a contiguous tensor's elements, on the tensor's device (device_of), for
 // ReplicaContext's own collectives (the tensor must outlive the call). Throws
