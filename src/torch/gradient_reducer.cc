@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "replicator/errors.h"
 #include "replicator/torch/tensor_collectives.h"
@@ -41,6 +42,11 @@ namespace {
   }
   return slice.view(param.sizes());
 }
+
+// What LibTorch holds autograd nodes by: std::shared_ptr in older releases, c10::intrusive_ptr
+// in newer ones (a GPU machine's LibTorch may be older than the virtual environment's).
+using NodePointer =
+    decltype(::torch::autograd::impl::grad_accumulator(std::declval<const ::torch::Tensor&>()));
 
 }  // namespace
 
@@ -67,7 +73,7 @@ struct GradientReducer::State {
   std::size_t next_to_reduce = 0;
   std::size_t reduced_in_backward = 0;       // in the backward under way
   std::size_t last_reduced_in_backward = 0;  // in the last synchronized step
-  std::vector<c10::intrusive_ptr<::torch::autograd::Node>> accumulators;
+  std::vector<NodePointer> accumulators;
 
   // `where`: the caller of synchronize(), or (buckets reduced from within backward) here.
   void reduce(std::size_t b, CallSite where = CallSite::here()) {
@@ -105,8 +111,7 @@ struct GradientReducer::State {
   // that backward uses (and fires) this same node.
   void attach(const std::shared_ptr<State>& self, std::size_t i) {
     const std::weak_ptr<State> weak = self;
-    c10::intrusive_ptr<::torch::autograd::Node> accumulator =
-        ::torch::autograd::impl::grad_accumulator(slots[i].param);
+    NodePointer accumulator = ::torch::autograd::impl::grad_accumulator(slots[i].param);
     accumulator->add_post_hook(std::make_unique<::torch::autograd::utils::LambdaPostHook>(
         [weak, i](const ::torch::autograd::variable_list& outputs,
                   const ::torch::autograd::variable_list& /*inputs*/) {
