@@ -74,3 +74,16 @@ macro(replicator_find_torch)
     message(STATUS "replicator: LibTorch ${REPLICATOR_TORCH_VERSION} from ${REPLICATOR_TORCH_ROOT}")
   endif()
 endmacro()
+
+# Links `target` to LibTorch's `torch` target (torch_cuda and the CUDA libraries: a program
+# that makes CUDA tensors). A wheel's torch_cuda needs the NCCL, cuDNN, ... of the wheel's
+# nvidia/*/lib folders, which its RPATH names relative to $ORIGIN and the linker does not
+# follow: without them first, the link takes the CUDA toolkit's older NCCL and fails.
+function(replicator_link_torch_cuda target)
+  target_link_libraries(${target} PRIVATE torch)
+  file(GLOB _replicator_nvidia_libs LIST_DIRECTORIES true
+    "${REPLICATOR_TORCH_ROOT}/../nvidia/*/lib")
+  foreach(dir IN LISTS _replicator_nvidia_libs)
+    target_link_options(${target} PRIVATE "LINKER:-rpath-link,${dir}")
+  endforeach()
+endfunction()

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# The device path on a machine with a GPU, as that machine is: nvcc, CMake and a compiler, and
-# nothing of Debian's (no MPI, Gloo, GoogleTest or LibTorch packages). Builds the layers up to
-# the runtime with the CUDA backend and tests/gpu/gpu_check.cc, runs it (every check of
-# tests/harness/device_checks.h on CUDA memory, then the all-reduce's speed beside the GPU's
-# copy bandwidth), runs a short pass of it under compute-sanitizer's memcheck where that
-# exists, and prints one summary line.
+# The device path on a machine with a GPU, as that machine is: nvcc, CMake, a compiler and a
+# Python with torch, and nothing of Debian's (no MPI, Gloo, GoogleTest or LibTorch packages).
+# Builds the layers up to the runtime with the CUDA backend and tests/gpu/gpu_check.cc, runs
+# it (every check of tests/harness/device_checks.h on CUDA memory, then the all-reduce's
+# speed beside the GPU's copy bandwidth), runs a short pass of it under compute-sanitizer's
+# memcheck where that exists; then, against the Python's LibTorch, the torch layer and
+# tests/gpu/gpu_torch_check.cc (tensor collectives, the gradient reducer and batch norm on
+# CUDA tensors, and 50 steps of the classifier's network); prints one summary line.
 #
 #   scripts/gpu_check.sh [OUT_DIR]     (default: ./gpu_check_out; $OUT on the device machine)
 #
-# Writes OUT_DIR/gpu_check.json (the checks and the speed rows) and OUT_DIR/*.txt (the logs).
+# Writes OUT_DIR/gpu_check.json (the checks and the speed rows), OUT_DIR/gpu_torch_check.json
+# (the torch checks and the classifier's images/s) and OUT_DIR/*.txt (the logs). PYTHON names
+# the Python whose torch is used (default python3); without one the torch part is skipped.
 # Exit status: 0 all passed, 1 a check failed, 77 no GPU visible.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -19,16 +23,32 @@ start=$(date +%s)
 
 generator=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); fi
-echo "== build (core layers, CUDA backend, gpu_check)"
+python="${PYTHON:-python3}"
+torch_root="$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null ||
+  true)"
+torch_flags=(-DREPLICATOR_WITH_TORCH=OFF)
+if [[ -n "$torch_root" ]]; then
+  torch_flags=(-DREPLICATOR_WITH_TORCH=ON "-DREPLICATOR_TORCH_ROOT=$torch_root")
+fi
+echo "== build (core layers, CUDA backend, gpu_check; torch layer and gpu_torch_check" \
+  "against ${torch_root:-no LibTorch})"
 cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DREPLICATOR_GPU_CHECK_ONLY=ON -DREPLICATOR_WITH_CUDA=ON -DREPLICATOR_WITH_MPI=OFF \
-  -DREPLICATOR_WITH_GLOO=OFF -DREPLICATOR_WITH_TORCH=OFF -DREPLICATOR_BUILD_PYTHON=OFF \
+  -DREPLICATOR_WITH_GLOO=OFF "${torch_flags[@]}" -DREPLICATOR_BUILD_PYTHON=OFF \
   -DREPLICATOR_BUILD_TESTS=OFF -DREPLICATOR_BUILD_APPS=OFF -DREPLICATOR_WITH_GRPC=OFF \
   >"$out/configure.txt" 2>&1 || { cat "$out/configure.txt"; exit 1; }
 cmake --build "$build" -j"$(nproc)" --target gpu_check >"$out/build.txt" 2>&1 ||
   { tail -50 "$out/build.txt"; exit 1; }
+# The torch part fails on its own: the device path's checks run whatever becomes of it.
+torch_built=no
+if [[ -n "$torch_root" ]] &&
+  cmake --build "$build" -j"$(nproc)" --target gpu_torch_check >"$out/build_torch.txt" 2>&1; then
+  torch_built=yes
+elif [[ -n "$torch_root" ]]; then
+  tail -30 "$out/build_torch.txt"
+fi
 built=$(date +%s)
-echo "built in $((built - start)) s"
+echo "built in $((built - start)) s (gpu_torch_check: $torch_built)"
 if command -v nvidia-smi >/dev/null; then nvidia-smi -L | tee "$out/gpus.txt"; fi
 
 echo "== checks and speed"
@@ -49,12 +69,25 @@ if [[ -n "$sanitizer" ]]; then
   fi
   tail -3 "$out/memcheck.txt"
 fi
+torch_line="torch checks not built"
+if [[ $torch_built == yes ]]; then
+  echo "== the torch layer on CUDA tensors"
+  torch_status=0
+  "$build/gpu_torch_check" --json "$out/gpu_torch_check.json" --steps 50 |
+    tee "$out/gpu_torch_check.txt" || torch_status=$?
+  torch_line="$(tail -1 "$out/gpu_torch_check.txt")"
+  if [[ $torch_status -ne 0 && $torch_status -ne 77 ]]; then status=1; fi
+elif [[ -n "$torch_root" ]]; then
+  torch_line="gpu_torch_check FAILED to build (see build_torch.txt)"
+  status=1
+fi
 # NCCL takes one rank per GPU: beside NCCL's all-reduce needs two GPUs.
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l || echo 0)
 if [[ $gpus -lt 2 ]]; then
   echo "NCCL row: not measured ($gpus GPU: NCCL refuses two ranks on one GPU)"
 fi
 end=$(date +%s)
-echo "gpu_check.sh: $(tail -1 "$out/gpu_check.txt"); memcheck $memcheck; $((end - start)) s" |
+echo "gpu_check.sh: $(tail -1 "$out/gpu_check.txt"); memcheck $memcheck; $torch_line;" \
+  "$((end - start)) s" |
   tee "$out/summary.txt"
 exit "$status"

@@ -13,12 +13,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "replicator/device.h"
 #include "replicator/replicator.h"
+#include "tests/gpu/results.h"
 #include "tests/harness/device_checks.h"
 
 namespace {
@@ -32,21 +32,7 @@ using replicator::ReplicaContext;
 using replicator::Replicator;
 namespace checks = replicator::device_checks;
 
-struct Results {
-  int passed = 0;
-  std::vector<std::string> failed;
-  std::vector<std::string> rows;  // JSON objects of the speed rows
-
-  void check(const std::string& what, const std::string& failure) {
-    if (failure.empty()) {
-      ++passed;
-      return;
-    }
-    failed.push_back(what + ": " + failure);
-    std::printf("FAIL %s: %s\n", what.c_str(), failure.c_str());
-    std::fflush(stdout);
-  }
-};
+using replicator::gpu::Results;
 
 void correctness(Results& results, bool quick) {
   const std::vector<int> replicas = quick ? std::vector<int>{2} : std::vector<int>{1, 2, 4};
@@ -136,22 +122,6 @@ void speed(Results& results, bool quick) {
   }
 }
 
-void write_json(const std::string& path, const Results& results) {
-  std::ofstream out(path);
-  out << "{\"passed\": " << results.passed << ", \"failed\": [";
-  for (std::size_t i = 0; i < results.failed.size(); ++i) {
-    std::string escaped;
-    for (const char c : results.failed[i]) {
-      if (c == '"' || c == '\\') escaped += '\\';
-      escaped += c == '\n' ? ' ' : c;
-    }
-    out << (i ? ", " : "") << '"' << escaped << '"';
-  }
-  out << "], \"all_reduce\": [";
-  for (std::size_t i = 0; i < results.rows.size(); ++i) out << (i ? ", " : "") << results.rows[i];
-  out << "]}\n";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -180,7 +150,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     results.check("gpu_check", std::string("stopped: ") + e.what());
   }
-  if (!json.empty()) write_json(json, results);
+  if (!json.empty()) replicator::gpu::write_json(json, results, "all_reduce");
   std::printf("gpu_check: %s, %d checks passed, %zu failed, on %d GPU%s\n",
               results.failed.empty() ? "PASS" : "FAIL", results.passed, results.failed.size(),
               replicator::device_count(MemoryKind::kCuda),
