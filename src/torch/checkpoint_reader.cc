@@ -381,8 +381,12 @@ TrainingPosition load_checkpoint_bytes(std::string_view bytes, const std::string
   check_zip(bytes, name);
   TrainingPosition position;
   try {
+    // Onto the device the model is on (a checkpoint of a GPU run resumes on the CPU too).
+    const std::vector<::torch::Tensor> parameters = model.parameters();
+    const c10::Device device =
+        parameters.empty() ? c10::Device(c10::kCPU) : parameters.front().device();
     ::torch::serialize::InputArchive archive;
-    archive.load_from(bytes.data(), bytes.size());
+    archive.load_from(bytes.data(), bytes.size(), device);
     ::torch::serialize::InputArchive model_archive;
     archive.read("model", model_archive);
     check_fits(model, model_archive, "", name);
@@ -412,7 +416,7 @@ TrainingPosition load_checkpoint_bytes(std::string_view bytes, const std::string
     archive.read("rng", rng);
     auto generator = at::detail::getDefaultCPUGenerator();
     const std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(rng);
+    generator.set_state(rng.to(::torch::kCPU));
   } catch (const Error&) {
     throw;  // ours: what does not fit the model
   } catch (const c10::Error& e) {

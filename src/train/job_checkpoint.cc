@@ -39,11 +39,11 @@ replicator::torch::TrainingPosition resume_job(ReplicaContext& ctx,
 
 namespace {
 
-// FNV-1a over every parameter's and buffer's bytes.
+// FNV-1a over every parameter's and buffer's bytes (copied to the host from a device).
 std::uint64_t digest_of(::torch::nn::Module& model) {
   std::uint64_t h = 0xcbf29ce484222325ULL;
   const auto add = [&](const ::torch::Tensor& t) {
-    const ::torch::Tensor c = t.contiguous();
+    const ::torch::Tensor c = t.to(::torch::kCPU).contiguous();
     const auto* p = static_cast<const unsigned char*>(c.data_ptr());
     for (std::int64_t i = 0; i < c.numel() * static_cast<std::int64_t>(c.element_size()); ++i) {
       h = (h ^ p[i]) * 0x100000001b3ULL;

@@ -12,6 +12,7 @@
 // Results are returned from the step and checked on the test thread.
 #include "replicator/torch/tensor_collectives.h"
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -543,6 +544,31 @@ TEST(DeviceOfTest, MapsCpuAndCudaAndRefusesOtherDevices) {
     expect_invalid([&] { rt::all_gather(ctx, meta); }, "all_gather: tensors must be on the CPU");
     expect_invalid([&] { rt::buffer_of(meta); }, "buffer_of: tensors must be on the CPU");
   });
+}
+
+// torch_device_of: the host is the CPU and a fake device is refused by name. cuda:0 loads
+// LibTorch's CUDA library (it loads without a GPU) and then gives cuda:0, or says that
+// LibTorch sees no such GPU.
+TEST(TorchDeviceOfTest, MapsTheHostAndCudaAndRefusesFakeDevices) {
+  using replicator::Device;
+  using replicator::MemoryKind;
+  EXPECT_EQ(rt::torch_device_of(Device{}), c10::Device(c10::kCPU));
+  expect_invalid(
+      [] {
+        (void)rt::torch_device_of(Device{MemoryKind::kFake, 1});
+      },
+      "fake:1 holds no LibTorch tensors");
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "LibTorch's CUDA library is not loaded under a sanitizer";
+#else
+  try {
+    EXPECT_EQ(rt::torch_device_of(Device{MemoryKind::kCuda, 0}), c10::Device(c10::kCUDA, 0));
+  } catch (const replicator::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("so there is no cuda:0"), std::string::npos) << e.what();
+  }
+  EXPECT_NE(::dlopen("libtorch_cuda.so", RTLD_NOW | RTLD_NOLOAD), nullptr)
+      << "LibTorch's CUDA library is not loaded";
+#endif
 }
 
 // require_own_backward_thread: CPU tensors and one-replica processes pass; a CUDA tensor of

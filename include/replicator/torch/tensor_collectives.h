@@ -38,6 +38,16 @@ DType dtype_of(c10::ScalarType type);
 // InvalidArgument for any other device, and for CUDA where built_with_cuda() is false.
 Device device_of(const c10::Device& device);
 
+// The LibTorch device of replicator's `device`, the inverse of device_of: the host is the CPU,
+// CUDA device n is cuda:n. For CUDA, first loads LibTorch's CUDA library (libtorch_cuda.so,
+// beside libtorch_cpu.so) where the process has not loaded it: a program linked against the
+// CPU library only (as the `replicator` command is) gets CUDA tensors this way. Throws
+// InvalidArgument for a fake device (it holds no LibTorch tensors), and Error when the CUDA
+// library does not load or LibTorch sees no GPU n; the message says which and why. LibTorch
+// decides once per process whether it has CUDA, at its first CUDA query: call this before any
+// (torch::manual_seed is one). Never blocks on other replicas.
+c10::Device torch_device_of(Device device);
+
 // For a collective that `who` issues from autograd's backward on tensors on `device`: throws
 // InvalidArgument (naming `who`, the device and the replicas) where that collective could
 // wait forever. Autograd runs the backward of CUDA tensors on one thread per GPU, shared by
