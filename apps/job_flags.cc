@@ -11,6 +11,7 @@ void JobFlags::apply(const std::string& command, train::JobOptions& options) con
   options.config =
       job_config(engine, command, replicas_option != nullptr && replicas_option->count() > 0,
                  replicas, timeout);
+  if (!devices.empty()) options.config.set("devices", devices);
   options.out = out;
   options.resume = resume;
   options.tensorboard = tensorboard;
@@ -53,6 +54,13 @@ void add_job_flags(CLI::App* app, JobFlags& f, train::JobOptions& t, const JobFl
       "No progress line on the terminal");
   if (help.memory) add_memory_flag(app, f.memory);
   app->add_flag("--json", f.json, "Print the result as one JSON object on stdout");
+}
+
+void add_devices_flag(CLI::App* app, JobFlags& flags) {
+  app->add_option("--devices,--device", flags.devices,
+                  "Where the replicas train: host, cuda (replica r on GPU r mod GPUs) or cuda:N "
+                  "(the first N GPUs); default REPLICATOR_DEVICES or host. On CUDA each replica "
+                  "of a process needs a GPU of its own (cross-replica batch norm)");
 }
 
 void add_memory_flag(CLI::App* app, std::string& memory) {

@@ -23,10 +23,11 @@ struct JobFlags {
   std::string resume;
   std::string tensorboard;
   std::string memory = "keep";
+  std::string devices;  // --devices (add_devices_flag); empty: the environment's
   bool json = false;
 
-  // Writes these flags into `options`: config (job_config; `command` as typed, "train gan"),
-  // out, resume and tensorboard. Throws ConfigError.
+  // Writes these flags into `options`: config (job_config; `command` as typed, "train gan";
+  // then devices when given), out, resume and tensorboard. Throws ConfigError.
   void apply(const std::string& command, train::JobOptions& options) const;
 };
 
@@ -42,6 +43,10 @@ struct JobFlagHelp {
 // std::bad_alloc (CLI11 throws on a duplicate flag name).
 void add_job_flags(CLI::App* app, JobFlags& flags, train::JobOptions& options,
                    const JobFlagHelp& help);
+
+// Adds --devices (Config's devices: host, cuda or cuda:N) to `app`, bound to `flags.devices`,
+// for a job that trains where its replicas are bound. Never throws but std::bad_alloc.
+void add_devices_flag(CLI::App* app, JobFlags& flags);
 
 // Adds --memory (keep or system, replicator/launch/memory_mode.h) to `app`, bound to `memory`.
 // Never throws but std::bad_alloc.

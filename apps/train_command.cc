@@ -102,6 +102,7 @@ Command add_train_classifier(CLI::App& train, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app->add_option("--bucket-kib", flags->bucket_kib, "Gradient bucket size in KiB");
   add_memory_format_flag(app, o.channels_last);
+  add_devices_flag(app, flags->job);
   app->add_flag("--no-overlap", flags->no_overlap,
                 "Reduce all gradient buckets after backward instead of from within it");
   app->add_option("--shards", o.shards,

@@ -9,6 +9,7 @@
 #include "examples/models/resnet.h"
 #include "replicator/data/fashion_mnist.h"
 #include "replicator/data/sharded_loader.h"
+#include "replicator/device.h"
 #include "replicator/errors.h"
 #include "replicator/replicator.h"
 #include "replicator/torch.h"
@@ -60,8 +61,17 @@ struct StepLoss {
   double count = 0;
 };
 
+// `batch` on `device` (the same tensors on the CPU).
+data::Batch placed(const data::Batch& batch, const c10::Device& device) {
+  return {.images = batch.images.to(device),
+          .labels = batch.labels.to(device),
+          .epoch = batch.epoch,
+          .index = batch.index};
+}
+
 // A data-parallel step: the gradients of the replica's examples, reduced over the replicas
-// by the replicated optimizer (from within backward), then its step.
+// by the replicated optimizer (from within backward on the CPU; after it on a GPU), then its
+// step.
 StepLoss plain_step(ResNet& model, rt::ReplicatedOptimizer& optimizer, const data::Batch& batch) {
   optimizer.zero_grad();
   const ::torch::Tensor loss =
@@ -127,6 +137,22 @@ class Stepper {
   std::optional<rt::ShardGradients> shards_;
 };
 
+// Where the replicas train: the host, or CUDA (LibTorch's CUDA library loaded before anything
+// asks LibTorch about CUDA). Throws InvalidArgument for fake devices, and for shards off the
+// host; Error when LibTorch has no GPU.
+void check_devices(const TrainOptions& o) {
+  const DeviceSet devices = parse_devices(o.config.devices);
+  if (devices.kind == MemoryKind::kHost) return;
+  if (devices.kind == MemoryKind::kFake) {
+    throw InvalidArgument("the classifier trains on the host or on CUDA devices, not on " +
+                          o.config.devices);
+  }
+  if (o.shards > 0) {
+    throw InvalidArgument("--shards runs on the host only (devices " + o.config.devices + ")");
+  }
+  (void)rt::torch_device_of(Device{MemoryKind::kCuda, 0});
+}
+
 // Checks the global batch against the replicas (and shards): each replica's rows.
 void check_batch(const train::Job& job, const TrainOptions& o) {
   if (o.shards == 0) {
@@ -146,18 +172,20 @@ void check_batch(const train::Job& job, const TrainOptions& o) {
 
 // Each replica evaluates its shard of the test set (eval-mode batch norm: no collectives
 // per batch); one all_reduce sums [correct, count, loss].
-Evaluation evaluate(ReplicaContext& ctx, ResNet& model, data::ShardedLoader& loader) {
+Evaluation evaluate(ReplicaContext& ctx, ResNet& model, data::ShardedLoader& loader,
+                    const c10::Device& device) {
   const ::torch::NoGradGuard no_grad;
   model->eval();
   double sums[3] = {0, 0, 0};
   loader.start_epoch(0);
-  while (std::optional<data::Batch> batch = loader.next()) {
-    if (batch->images.size(0) == 0) continue;
-    const ::torch::Tensor logits = model->forward(batch->images);
-    sums[0] += logits.argmax(1).eq(batch->labels).sum().item<double>();
-    sums[1] += static_cast<double>(batch->labels.size(0));
+  while (std::optional<data::Batch> next = loader.next()) {
+    if (next->images.size(0) == 0) continue;
+    const data::Batch batch = placed(*next, device);
+    const ::torch::Tensor logits = model->forward(batch.images);
+    sums[0] += logits.argmax(1).eq(batch.labels).sum().item<double>();
+    sums[1] += static_cast<double>(batch.labels.size(0));
     sums[2] += ::torch::nn::functional::cross_entropy(
-                   logits, batch->labels,
+                   logits, batch.labels,
                    ::torch::nn::functional::CrossEntropyFuncOptions().reduction(::torch::kSum))
                    .item<double>();
   }
@@ -206,6 +234,7 @@ TrainResult train_classifier(const TrainOptions& o) {
     throw InvalidArgument("epochs must be at least 1, got " + std::to_string(o.epochs));
   if (o.batch < 1)
     throw InvalidArgument("batch must be at least 1, got " + std::to_string(o.batch));
+  check_devices(o);
   const std::filesystem::path dir =
       o.data_dir.empty() ? data::default_fashion_mnist_dir() : o.data_dir;
   const auto read = [&dir](data::Split split) {
@@ -221,8 +250,10 @@ TrainResult train_classifier(const TrainOptions& o) {
   check_batch(job, o);
   if (o.shards > 0) job.state_shards(o.shards, o.batch);
   return job.run([&](ReplicaContext& ctx) {
+    const c10::Device device = rt::torch_device_of(ctx.device());
     ResNet model = job.build_model(ctx, [&] {
       ResNet m(ResNetOptions{.channels_last = o.channels_last});
+      m->to(device);
       rt::to_memory_format(*m, memory_format(m->options()));
       return m;
     });
@@ -274,7 +305,7 @@ TrainResult train_classifier(const TrainOptions& o) {
         if (step - position.step == o.timed_after) timed_from = Clock::now();
         const double lr = learning_rate(o, step, total);
         set_learning_rate(*sgd, lr);
-        const StepLoss loss = stepper.step(model, *sgd, *batch);
+        const StepLoss loss = stepper.step(model, *sgd, placed(*batch, device));
         ++step;
         if (step - position.step > o.timed_after) ++timed_steps;
         window[0] += loss.sum;
@@ -295,7 +326,7 @@ TrainResult train_classifier(const TrainOptions& o) {
       }
       if (stopped) break;
       if (o.evaluate) {
-        const Evaluation e = evaluate(ctx, model, test_loader);
+        const Evaluation e = evaluate(ctx, model, test_loader, device);
         result.test_accuracy = e.accuracy;
         if (reporter) report_evaluation(*reporter, epoch, step, e);
       }

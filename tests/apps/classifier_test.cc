@@ -14,6 +14,8 @@
 
 #include "examples/models/resnet.h"
 #include "replicator/data/fashion_mnist.h"
+#include "replicator/device.h"
+#include "replicator/errors.h"
 #include "replicator/torch/checkpoint.h"
 
 namespace {
@@ -111,6 +113,33 @@ TEST(ClassifierJob, AResumedRunTakesItsOwnLayout) {
   ResNet stored = load_stored(o.out / "checkpoint-000000003.pt");
   EXPECT_TRUE(conv_weight(stored).is_contiguous(torch::MemoryFormat::ChannelsLast));
   std::filesystem::remove_all(o.out);
+}
+
+}  // namespace
+
+namespace {
+
+// The job trains where its replicas are bound: the host, or CUDA. Fake devices hold no
+// LibTorch tensors, shards run on the host only, and without a GPU LibTorch's answer is the
+// error (each before any replica starts).
+TEST(ClassifierJob, RefusesDevicesItCannotTrainOn) {
+  const auto error_of = [](const std::string& devices, int shards) -> std::string {
+    TrainOptions o = small_run("devices", /*channels_last=*/true);
+    o.config.devices = devices;
+    o.shards = shards;
+    try {
+      train_classifier(o);
+    } catch (const replicator::Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of("fake:2", 0).find("not on fake:2"), std::string::npos);
+  EXPECT_NE(error_of("cuda", 4).find("--shards runs on the host only"), std::string::npos);
+  if (replicator::device_count(replicator::MemoryKind::kCuda) == 0) {
+    const std::string no_gpu = error_of("cuda", 0);
+    EXPECT_NE(no_gpu.find("so there is no cuda:0"), std::string::npos) << no_gpu;
+  }
 }
 
 }  // namespace
