@@ -56,9 +56,8 @@ Config config_on(const char* devices, int replicas) {
   return config;
 }
 
-torch::Device cuda_of(const ReplicaContext& ctx) {
-  return {torch::kCUDA, static_cast<c10::DeviceIndex>(ctx.device().index)};
-}
+// The replica's LibTorch device (torch_device_of, as the classifier job takes it).
+torch::Device torch_device(const ReplicaContext& ctx) { return rt::torch_device_of(ctx.device()); }
 
 // "" when `a` and `b` (CPU tensors) hold the same bytes, else what differs.
 std::string same_bytes(const torch::Tensor& a, const torch::Tensor& b) {
@@ -96,7 +95,7 @@ std::string tensor_all_reduce_bits(int replicas, c10::ScalarType type, ReduceOp 
     Replicator repl(config_on(devices, replicas));
     return repl.run([&](ReplicaContext& ctx) {
       torch::Tensor t = inputs[static_cast<std::size_t>(ctx.replica_id())].clone();
-      if (!ctx.device().is_host()) t = t.to(cuda_of(ctx));
+      t = t.to(torch_device(ctx));
       rt::all_reduce(ctx, t, {.op = op});
       return t.cpu();
     });
@@ -126,7 +125,7 @@ std::string reducer_bits(int replicas) {
   const auto run_on = [&](const char* devices) {
     Replicator repl(config_on(devices, replicas));
     return repl.run([&](ReplicaContext& ctx) {
-      const torch::Device dev = ctx.device().is_host() ? torch::Device(torch::kCPU) : cuda_of(ctx);
+      const torch::Device dev = torch_device(ctx);
       const torch::Tensor w = torch::zeros({kW}, torch::TensorOptions(dev)).requires_grad_();
       const torch::Tensor v =
           torch::zeros({kV}, torch::TensorOptions(dev).dtype(torch::kBFloat16)).requires_grad_();
@@ -167,10 +166,10 @@ std::string reducer_bits(int replicas) {
 std::string batch_norm_matches_libtorch() {
   Replicator repl(config_on("cuda", 1));
   return repl.run([&](ReplicaContext& ctx) -> std::string {
-    const torch::Tensor x0 = (torch::randn({8, 3, 5, 5}) * 2 + 1).to(cuda_of(ctx));
-    const torch::Tensor dy = torch::randn({8, 3, 5, 5}).to(cuda_of(ctx));
+    const torch::Tensor x0 = (torch::randn({8, 3, 5, 5}) * 2 + 1).to(torch_device(ctx));
+    const torch::Tensor dy = torch::randn({8, 3, 5, 5}).to(torch_device(ctx));
     rt::CrossReplicaBatchNorm2d bn(3);
-    bn->to(cuda_of(ctx));
+    bn->to(torch_device(ctx));
     const torch::Tensor x = x0.clone().requires_grad_();
     const torch::Tensor y = bn(x);
     (y * dy).sum().backward();
@@ -192,9 +191,9 @@ std::string batch_norm_refuses_a_shared_gpu() {
   Replicator repl(config_on("cuda:1", 2));
   const auto got = repl.run([&](ReplicaContext& ctx) -> std::string {
     rt::CrossReplicaBatchNorm2d bn(3);
-    bn->to(cuda_of(ctx));
+    bn->to(torch_device(ctx));
     try {
-      bn(torch::randn({4, 3, 2, 2}).to(cuda_of(ctx)));
+      bn(torch::randn({4, 3, 2, 2}).to(torch_device(ctx)));
       return "no InvalidArgument";
     } catch (const replicator::InvalidArgument& e) {
       return std::strstr(e.what(), "2 replicas of this process share cuda:0") != nullptr
@@ -210,7 +209,7 @@ double classifier_steps(Results& results, int steps) {
   constexpr std::int64_t kBatch = 256;
   Replicator repl(config_on("cuda", 1));
   return repl.run([&](ReplicaContext& ctx) {
-    const torch::Device dev = cuda_of(ctx);
+    const torch::Device dev = torch_device(ctx);
     replicator::examples::ResNet model;
     model->to(dev);
     rt::to_memory_format(*model, memory_format(model->options()));
