@@ -246,15 +246,16 @@ TEST(ReplayBufferTest, InsertsAndSamplesFromManyThreads) {
   replay.insert(numbered(0));
   std::atomic<bool> stop{false};
   std::atomic<std::int64_t> drawn{0};
+  // Samples at least once, however the threads are scheduled (the buffer holds one already).
   std::thread learner([&] {
-    while (!stop.load()) {
+    do {
       for (const Transition& t : replay.sample(32)) {
         const int i = static_cast<int>(t.reward);
         ASSERT_TRUE(t.observation[0] == t.reward && t.next_observation[0] == t.reward + 1 &&
                     i >= 0 && i <= kActors * kEach);
         drawn.fetch_add(1);
       }
-    }
+    } while (!stop.load());
   });
   std::vector<std::thread> actors;
   for (int a = 0; a < kActors; ++a) {
