@@ -30,7 +30,7 @@ const std::string& load_cuda_library() {
     if (::dlopen("libtorch_cuda.so", RTLD_NOW | RTLD_NOLOAD) != nullptr) return;
     const std::filesystem::path path = libtorch_folder() / "libtorch_cuda.so";
     if (::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
-      const char* why = ::dlerror();
+      const char* why = ::dlerror();  // NOLINT(concurrency-mt-unsafe): once per process
       failure = "cannot load LibTorch's CUDA library " + path.string() + ": " +
                 (why != nullptr ? why : "dlopen failed");
     }
@@ -51,7 +51,9 @@ c10::Device torch_device_of(Device device) {
       break;
   }
   if (const std::string& failure = load_cuda_library(); !failure.empty()) throw Error(failure);
-  const auto visible = static_cast<int>(::torch::cuda::device_count());
+  // A count of devices, 0 to 127 (c10::DeviceIndex is a signed char).
+  const auto visible =
+      static_cast<int>(::torch::cuda::device_count());  // NOLINT(bugprone-signed-char-misuse)
   if (device.index >= visible) {
     std::string why = "LibTorch sees " + std::to_string(visible) + " CUDA device" +
                       (visible == 1 ? "" : "s") + ", so there is no " + to_string(device);

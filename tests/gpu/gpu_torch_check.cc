@@ -90,6 +90,7 @@ torch::Tensor random_input(std::int64_t count, c10::ScalarType type) {
 std::string tensor_all_reduce_bits(int replicas, c10::ScalarType type, ReduceOp op,
                                    std::int64_t count) {
   std::vector<torch::Tensor> inputs;
+  inputs.reserve(static_cast<std::size_t>(replicas));
   for (int r = 0; r < replicas; ++r) inputs.push_back(random_input(count, type));
   const auto run_on = [&](const char* devices) {
     Replicator repl(config_on(devices, replicas));
@@ -102,8 +103,8 @@ std::string tensor_all_reduce_bits(int replicas, c10::ScalarType type, ReduceOp 
   };
   const auto host = run_on("host");
   const auto gpu = run_on("cuda");
-  std::vector<std::string> failures;
-  for (int r = 0; r < replicas; ++r) failures.push_back(same_bytes(gpu[r], host[r]));
+  std::vector<std::string> failures(static_cast<std::size_t>(replicas));
+  for (int r = 0; r < replicas; ++r) failures[r] = same_bytes(gpu[r], host[r]);
   return first_failure(failures);
 }
 
@@ -118,6 +119,8 @@ struct ReducerRun {
 std::string reducer_bits(int replicas) {
   constexpr std::int64_t kW = 5003, kV = 1201;
   std::vector<torch::Tensor> cw, cv;
+  cw.reserve(static_cast<std::size_t>(replicas));
+  cv.reserve(static_cast<std::size_t>(replicas));
   for (int r = 0; r < replicas; ++r) {
     cw.push_back(random_input(kW, torch::kFloat));
     cv.push_back(random_input(kV, torch::kBFloat16));
