@@ -11,9 +11,10 @@
 // parameters on the thread that called it; those of CUDA parameters run on autograd's thread
 // for their GPU, which every replica of the process on that GPU shares: a hook there that
 // blocked in a collective would keep the other replicas' backward (and so their part of the
-// collective) from running. Such hooks only mark their bucket complete, and synchronize()
-// reduces it. The bookkeeping the threads share is under a mutex, which no hook holds during
-// a collective.
+// collective) from running. So hooks reduce only in a reducer whose buckets are all on the
+// CPU, and only on the replica's thread; otherwise they mark their bucket complete and
+// synchronize() reduces it. The bookkeeping the threads share is under a mutex, which no
+// collective runs under.
 #include "replicator/torch/gradient_reducer.h"
 
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
@@ -67,6 +68,7 @@ struct GradientReducer::State {
 
   ReplicaContext* ctx = nullptr;
   GradientOptions options;
+  bool reduce_in_hooks = true;  // overlap, and every bucket on the CPU
   std::mutex mu;  // slots' ready, buckets' flags and pending, next_to_reduce, the counts
   std::vector<Slot> slots;
   std::vector<Bucket> buckets;
@@ -98,7 +100,7 @@ struct GradientReducer::State {
       bucket.flags[s.index].fill_(1);
       if (s.ready) return;
       s.ready = true;
-      if (--bucket.pending != 0 || !options.overlap || ReplicaContext::current() != ctx) return;
+      if (--bucket.pending != 0 || !reduce_in_hooks || ReplicaContext::current() != ctx) return;
       first = end = next_to_reduce;
       while (end < buckets.size() && buckets[end].pending == 0) ++end;
       next_to_reduce = end;
@@ -129,19 +131,27 @@ struct GradientReducer::State {
     return ::torch::autograd::impl::try_get_grad_accumulator(slots[i].param) == accumulators[i];
   }
 
+  // After backward: no hook runs, but the mutex still orders what they wrote before.
   void finish(CallSite where) {
-    const std::lock_guard lock(mu);
-    for (std::size_t i = 0; i < slots.size(); ++i) {
-      if (!attached(i)) {
-        throw Error("GradientReducer: the gradient of a parameter of shape " +
-                    c10::str(slots[i].param.sizes()) +
-                    " bypassed the reducer: its data was replaced (e.g. by Module::load) after "
-                    "the reducer was built and zero_grad() was not called before backward");
+    std::size_t first = 0;
+    {
+      const std::lock_guard lock(mu);
+      for (std::size_t i = 0; i < slots.size(); ++i) {
+        if (!attached(i)) {
+          throw Error("GradientReducer: the gradient of a parameter of shape " +
+                      c10::str(slots[i].param.sizes()) +
+                      " bypassed the reducer: its data was replaced (e.g. by Module::load) "
+                      "after the reducer was built and zero_grad() was not called before "
+                      "backward");
+        }
       }
+      last_reduced_in_backward = reduced_in_backward;
+      reduced_in_backward = 0;
+      first = next_to_reduce;
+      next_to_reduce = buckets.size();
     }
-    last_reduced_in_backward = reduced_in_backward;
-    reduced_in_backward = 0;
-    while (next_to_reduce < buckets.size()) reduce(next_to_reduce++, where);
+    for (std::size_t b = first; b < buckets.size(); ++b) reduce(b, where);
+    const std::lock_guard lock(mu);
     const ::torch::NoGradGuard no_grad;
     for (Bucket& bucket : buckets) {
       const ::torch::Tensor present = bucket.flags.ne(0).to(::torch::kCPU);
@@ -173,6 +183,7 @@ GradientReducer::GradientReducer(ReplicaContext& ctx, std::vector<::torch::Tenso
   State& s = *state_;
   s.ctx = &ctx;
   s.options = options;
+  s.reduce_in_hooks = options.overlap;
 
   // Reverse order: backward produces the last layers' gradients first.
   std::vector<::torch::Tensor> params;
@@ -185,6 +196,7 @@ GradientReducer::GradientReducer(ReplicaContext& ctx, std::vector<::torch::Tenso
                             c10::str(it->sizes()) + ": " + e.what());
     }
     dtype_of(it->scalar_type());  // throws for dtypes collectives do not carry
+    if (!it->device().is_cpu()) s.reduce_in_hooks = false;
     params.push_back(*it);
   }
 

@@ -20,9 +20,11 @@
 // one device, and is reduced where it lies: replicator/device.h). Overlap needs backward's
 // hooks to run on the replica's thread, as they do for CPU parameters; autograd runs those of
 // CUDA parameters on a thread of its own per GPU, shared by every replica on that GPU, where
-// a collective could wait forever for a replica whose backward waits for that thread. So
-// CUDA buckets are reduced in synchronize(), after backward, and buckets_reduced_in_backward()
-// counts none of them.
+// a collective could wait forever for a replica whose backward waits for that thread. So a
+// reducer with any CUDA parameter reduces every bucket in synchronize(), after backward, and
+// buckets_reduced_in_backward() is 0 for it. The reduction of a CUDA bucket waits for the
+// work issued on the device's default stream (LibTorch's unless the caller set another):
+// gradients computed on a stream of your own must be synchronised before synchronize().
 #pragma once
 
 #include <torch/nn/module.h>
