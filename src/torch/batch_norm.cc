@@ -286,7 +286,11 @@ template <int Dims, typename Derived>
   ReplicaContext* ctx = shard_local         ? nullptr
                         : options.context() ? options.context()
                                             : ReplicaContext::current();
-  if (ctx != nullptr && ctx->num_replicas() > 1 && ::torch::GradMode::is_enabled()) {
+  // Only where backward will run this function (autograd records it).
+  const bool recorded = ::torch::GradMode::is_enabled() &&
+                        (x.requires_grad() || (weight.defined() && weight.requires_grad()) ||
+                         (bias.defined() && bias.requires_grad()));
+  if (ctx != nullptr && ctx->num_replicas() > 1 && recorded) {
     require_own_backward_thread(*ctx, x.device(),
                                 "CrossReplicaBatchNorm" + std::to_string(Dims) + "d");
   }

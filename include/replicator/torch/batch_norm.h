@@ -11,7 +11,7 @@
 // training mode on a collective per call (one in forward, one in backward), so every
 // replica must run the same layers in the same order, and they throw what collectives
 // throw; forward throws InvalidArgument for an input of the wrong rank or channel count,
-// with a single value per channel over all replicas, or (with gradients enabled) on a GPU
+// with a single value per channel over all replicas, or (when autograd records it) on a GPU
 // whose backward this replica would share with another replica of its process
 // (tensor_collectives.h: require_own_backward_thread). CPU and CUDA tensors both work.
 //
