@@ -12,14 +12,16 @@
 namespace replicator::torch {
 namespace {
 
-// Where libtorch_cpu.so lies: the folder that holds libtorch_cuda.so too.
+// Where libtorch_cpu.so lies (the folder of the copy this process loaded): the folder that
+// holds libtorch_cuda.so too.
 std::filesystem::path libtorch_folder() {
-  Dl_info info{};
-  if (::dladdr(reinterpret_cast<void*>(&::torch::cuda::device_count), &info) == 0 ||
-      info.dli_fname == nullptr) {
-    throw Error("cannot find the folder of LibTorch's libtorch_cpu.so (dladdr failed)");
+  void* cpu = ::dlopen("libtorch_cpu.so", RTLD_NOW | RTLD_NOLOAD);
+  char origin[4096] = {};
+  if (cpu == nullptr || ::dlinfo(cpu, RTLD_DI_ORIGIN, origin) != 0) {
+    throw Error("cannot find the folder of LibTorch's libtorch_cpu.so in this process");
   }
-  return std::filesystem::path(info.dli_fname).parent_path();
+  ::dlclose(cpu);  // the NOLOAD reference only
+  return origin;
 }
 
 // Loads libtorch_cuda.so once per process unless it is loaded already; "" or why it failed.

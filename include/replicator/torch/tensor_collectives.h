@@ -44,8 +44,9 @@ Device device_of(const c10::Device& device);
 // CPU library only (as the `replicator` command is) gets CUDA tensors this way. Throws
 // InvalidArgument for a fake device (it holds no LibTorch tensors), and Error when the CUDA
 // library does not load or LibTorch sees no GPU n; the message says which and why. LibTorch
-// decides once per process whether it has CUDA, at its first CUDA query: call this before any
-// (torch::manual_seed is one). Never blocks on other replicas.
+// decides once per process whether it has CUDA, at its first CUDA query (torch::manual_seed
+// makes one), and sizes autograd's GPU threads at its first backward: call this before
+// either. Never blocks on other replicas.
 c10::Device torch_device_of(Device device);
 
 // For a collective that `who` issues from autograd's backward on tensors on `device`: throws
