@@ -12,7 +12,8 @@
 #
 # Writes OUT_DIR/gpu_check.json (the checks and the speed rows), OUT_DIR/gpu_torch_check.json
 # (the torch checks and the classifier's images/s) and OUT_DIR/*.txt (the logs). PYTHON names
-# the Python whose torch is used (default python3); without one the torch part is skipped.
+# the Python whose torch is used (default python3); a Python without torch fails the check
+# unless GPU_CHECK_TORCH=off leaves the torch part out.
 # Exit status: 0 all passed, 1 a check failed, 77 no GPU visible.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -24,8 +25,15 @@ start=$(date +%s)
 generator=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); fi
 python="${PYTHON:-python3}"
-torch_root="$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null ||
-  true)"
+torch_root=""
+torch_missing=""
+if [[ "${GPU_CHECK_TORCH:-on}" != off ]]; then
+  torch_root="$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))' \
+    2>/dev/null || true)"
+  if [[ -z "$torch_root" ]]; then
+    torch_missing="$python has no torch (GPU_CHECK_TORCH=off leaves the torch part out)"
+  fi
+fi
 torch_flags=(-DREPLICATOR_WITH_TORCH=OFF)
 if [[ -n "$torch_root" ]]; then
   torch_flags=(-DREPLICATOR_WITH_TORCH=ON "-DREPLICATOR_TORCH_ROOT=$torch_root")
@@ -76,9 +84,13 @@ if [[ $torch_built == yes ]]; then
   "$build/gpu_torch_check" --json "$out/gpu_torch_check.json" --steps 50 |
     tee "$out/gpu_torch_check.txt" || torch_status=$?
   torch_line="$(tail -1 "$out/gpu_torch_check.txt")"
-  if [[ $torch_status -ne 0 && $torch_status -ne 77 ]]; then status=1; fi
+  # gpu_check saw a GPU: LibTorch not seeing it is a failure too.
+  if [[ $torch_status -ne 0 ]]; then status=1; fi
 elif [[ -n "$torch_root" ]]; then
-  torch_line="gpu_torch_check FAILED to build (see build_torch.txt)"
+  torch_line="gpu_torch_check FAILED to build (see build_torch.txt and configure.txt)"
+  status=1
+elif [[ -n "$torch_missing" ]]; then
+  torch_line="torch checks FAILED: $torch_missing"
   status=1
 fi
 # NCCL takes one rank per GPU: beside NCCL's all-reduce needs two GPUs.

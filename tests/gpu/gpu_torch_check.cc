@@ -128,7 +128,7 @@ std::string reducer_bits(int replicas) {
   const auto run_on = [&](const char* devices) {
     Replicator repl(config_on(devices, replicas));
     return repl.run([&](ReplicaContext& ctx) {
-      const torch::Device dev = torch_device(ctx);
+      const torch::Device dev = torch_device(ctx);  // every replica on GPU 0 ("cuda:1")
       const torch::Tensor w = torch::zeros({kW}, torch::TensorOptions(dev)).requires_grad_();
       const torch::Tensor v =
           torch::zeros({kV}, torch::TensorOptions(dev).dtype(torch::kBFloat16)).requires_grad_();
@@ -148,7 +148,7 @@ std::string reducer_bits(int replicas) {
     });
   };
   const auto host = run_on("host");
-  const auto gpu = run_on("cuda");
+  const auto gpu = run_on("cuda:1");
   std::vector<std::string> failures(static_cast<std::size_t>(replicas));
   for (int r = 0; r < replicas; ++r) {
     for (std::size_t k = 0; k < host[r].grads.size() && failures[r].empty(); ++k) {

@@ -35,7 +35,7 @@ inline void write_json(const std::string& path, const Results& results,
     std::string escaped;
     for (const char c : results.failed[i]) {
       if (c == '"' || c == '\\') escaped += '\\';
-      escaped += c == '\n' ? ' ' : c;
+      escaped += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;  // control characters
     }
     out << (i ? ", " : "") << '"' << escaped << '"';
   }
