@@ -58,6 +58,13 @@ void WorkerPool::run(StepRef step) {
 
 void WorkerPool::loop(int local) {
   const int id = first_replica_ + local;
+  const int num_local = static_cast<int>(cores_.size());  // set before any thread starts
+  const int num_devices = std::max(devices_.count, 1);
+  const Device device{.kind = devices_.kind, .index = static_cast<std::int16_t>(id % num_devices)};
+  int sharing = 0;  // replicas first_replica_ .. first_replica_ + L - 1, each on id mod N
+  for (int other = first_replica_; other < first_replica_ + num_local; ++other) {
+    sharing += static_cast<int>(other % num_devices == device.index);
+  }
   SignalDump::block_in_this_thread();
   FlightRecorder& recorder = recorders_[local];
   std::uint32_t seen = 0;
@@ -76,14 +83,6 @@ void WorkerPool::loop(int local) {
     if (stop_) return;
     if (spread_) spread_off_shared_core(local);
 
-    const int num_local = static_cast<int>(threads_.size());
-    const int num_devices = std::max(devices_.count, 1);
-    const Device device{.kind = devices_.kind,
-                        .index = static_cast<std::int16_t>(id % num_devices)};
-    int sharing = 0;  // replicas first_replica_ .. first_replica_ + L - 1, each on id mod N
-    for (int other = first_replica_; other < first_replica_ + num_local; ++other) {
-      sharing += static_cast<int>(other % num_devices == device.index);
-    }
     ReplicaContext ctx(&comm_, id, num_replicas_, local, num_local, device, sharing);
     const ReplicaContext::CurrentScope current(ctx);
     recorder.begin_step(std::chrono::steady_clock::now());

@@ -82,8 +82,8 @@ struct GradientReducer::State {
     all_reduce(*ctx, buckets[b].flat, {.op = options.op, .timeout = options.timeout}, where);
   }
 
-  // Backward accumulated into slot `i`'s parameter gradient. On the replica's thread with
-  // `overlap`, reduces every complete bucket at the head of the order.
+  // Backward accumulated into slot `i`'s parameter gradient. With reduce_in_hooks, on the
+  // replica's thread, reduces every complete bucket at the head of the order.
   void on_accumulated(std::size_t i) {
     std::size_t first = 0, end = 0;  // the buckets this call reduces
     {

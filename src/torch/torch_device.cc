@@ -17,10 +17,9 @@ namespace {
 std::filesystem::path libtorch_folder() {
   void* cpu = ::dlopen("libtorch_cpu.so", RTLD_NOW | RTLD_NOLOAD);
   char origin[4096] = {};
-  if (cpu == nullptr || ::dlinfo(cpu, RTLD_DI_ORIGIN, origin) != 0) {
-    throw Error("cannot find the folder of LibTorch's libtorch_cpu.so in this process");
-  }
-  ::dlclose(cpu);  // the NOLOAD reference only
+  const bool found = cpu != nullptr && ::dlinfo(cpu, RTLD_DI_ORIGIN, origin) == 0;
+  if (cpu != nullptr) ::dlclose(cpu);  // the NOLOAD reference only
+  if (!found) throw Error("cannot find the folder of LibTorch's libtorch_cpu.so in this process");
   return origin;
 }
 
