@@ -2,7 +2,9 @@
 
 #include <ATen/Functions.h>
 
+#include <memory>
 #include <optional>
+#include <span>
 #include <utility>
 
 #include "replicator/errors.h"
@@ -565,6 +567,24 @@ c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& opts
   const CollectiveOptions options{.timeout = deadline(opts.timeout)};
   return enqueue(c10d::OpType::BARRIER, "replicator:barrier", {}, !opts.asyncOp,
                  [options](ReplicaContext& ctx, CallSite where) { ctx.barrier(options, where); });
+}
+
+double Backend::time_all_reduce(const at::Tensor& tensor, int iters) {
+  check_tensor(tensor, "time_all_reduce");
+  TORCH_CHECK(tensor.is_contiguous(),
+              "replicator backend: time_all_reduce takes a contiguous tensor");
+  TORCH_CHECK(iters >= 1, "replicator backend: time_all_reduce takes iters >= 1, got ", iters);
+  auto seconds = std::make_shared<double>(0.0);
+  const c10::intrusive_ptr<c10d::Work> work = enqueue(
+      c10d::OpType::ALLREDUCE, "replicator:time_all_reduce", {tensor}, true,
+      [tensor, iters, seconds](ReplicaContext& ctx, CallSite where) {
+        const Buffer buffer = buffer_of(tensor);
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < iters; ++i) ctx.all_reduce(std::span(&buffer, 1), {}, where);
+        *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      });
+  work->wait();
+  return *seconds;
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::send(Tensors&, int, int) {

@@ -125,6 +125,15 @@ class Backend final : public c10d::Backend {
                                           const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
+  // Times `iters` sum all-reduces of `tensor` (contiguous) made from C++ on the backend's
+  // thread, as `replicator bench collectives` makes them (ReplicaContext::all_reduce on the
+  // tensor's memory, nothing else per call), queued behind the calls before it; returns the
+  // seconds they took together. It is how a benchmark weighs what the Python path adds to a
+  // call against the same job's C++ calls, in one launch. A collective: every rank calls it
+  // with the same iters and tensor shape. Blocks. Throws c10::Error (a tensor the backend
+  // cannot take, iters < 1) and what Work::wait throws.
+  double time_all_reduce(const at::Tensor& tensor, int iters);
+
   // Point-to-point messages have no replicator collective: c10::Error saying so.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;

@@ -108,6 +108,19 @@ void bind_backend(py::module_& m) {
       py::call_guard<py::gil_scoped_release>(),
       "The backend \"replicator\" of one process group (what torch.distributed's "
       "register_backend calls). Blocks until every rank has joined, at most `timeout`.");
+  m.def(
+      "_time_all_reduce",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend, const at::Tensor& tensor, int iters) {
+        auto* ours = dynamic_cast<Backend*>(backend.get());
+        TORCH_CHECK(ours != nullptr, "_time_all_reduce takes a backend \"replicator\", got ",
+                    backend->getBackendName());
+        return ours->time_all_reduce(tensor, iters);
+      },
+      py::arg("backend"), py::arg("tensor"), py::arg("iters"),
+      py::call_guard<py::gil_scoped_release>(),
+      "Seconds that `iters` sum all-reduces of `tensor` take when made from C++ on the "
+      "backend's thread (Backend::time_all_reduce): the C++ side of a benchmark that weighs "
+      "the Python path in one launch. Every rank calls it alike.");
   m.def("_stop_backends", &Backend::stop_all, py::call_guard<py::gil_scoped_release>(),
         "Lets every live backend's queued collectives finish and stops its thread; later "
         "collectives fail with Aborted. The package calls it at interpreter exit.");
