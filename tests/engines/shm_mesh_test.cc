@@ -386,13 +386,27 @@ TEST(ShmMesh, EachProcessSeesTheCoresTheOthersPublishedPerLane) {
   EXPECT_EQ(pair->a->core_of(1, 1), 7);
 }
 
-TEST(ShmMesh, HostIdentityIsStableAndRingsShrinkAsTheJobGrows) {
+TEST(ShmMesh, HostIdentityIsStableAndRingsShrinkWithTheJobAndTheCache) {
   const std::string id = ShmMesh::host_identity();
   EXPECT_FALSE(id.empty());
   EXPECT_EQ(id, ShmMesh::host_identity());
-  EXPECT_EQ(ShmMesh::ring_bytes_for(2, 1), std::size_t{1} << 20);
-  EXPECT_EQ(ShmMesh::ring_bytes_for(8, 4), std::size_t{512} << 10);
-  EXPECT_EQ(ShmMesh::ring_bytes_for(64, 8), std::size_t{64} << 10);
+  constexpr std::size_t kNoBound = 0;
+  EXPECT_EQ(ShmMesh::ring_bytes_for(2, 1, kNoBound), std::size_t{1} << 20);
+  EXPECT_EQ(ShmMesh::ring_bytes_for(8, 4, kNoBound), std::size_t{512} << 10);
+  EXPECT_EQ(ShmMesh::ring_bytes_for(64, 8, kNoBound), std::size_t{64} << 10);
+  // An eighth of the L2, a power of two, between 64 KiB and 1 MiB.
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  EXPECT_EQ(ShmMesh::ring_bytes_for(2, 1, 2 * kMiB), std::size_t{256} << 10);
+  EXPECT_EQ(ShmMesh::ring_bytes_for(2, 1, 3 * kMiB), std::size_t{256} << 10);
+  EXPECT_EQ(ShmMesh::ring_bytes_for(2, 1, 16 * kMiB), kMiB);
+  EXPECT_EQ(ShmMesh::ring_bytes_for(2, 1, 256 << 10), std::size_t{64} << 10);
+  EXPECT_EQ(ShmMesh::ring_bytes_for(8, 4, 2 * kMiB), std::size_t{256} << 10);
+  EXPECT_EQ(ShmMesh::ring_bytes_for(64, 8, 2 * kMiB), std::size_t{64} << 10);
+  // A ring size of the caller's.
+  EXPECT_EQ(ShmMesh(0, 2, 1, true, std::size_t{128} << 10).ring_bytes(), std::size_t{128} << 10);
+  EXPECT_THROW(ShmMesh(0, 2, 1, true, 3000), InvalidArgument);
+  EXPECT_THROW(ShmMesh(0, 2, 1, true, 96 << 10), InvalidArgument);
+  EXPECT_THROW(ShmMesh(0, 2, 1, true, 2 * kMiB), InvalidArgument);
 }
 
 }  // namespace

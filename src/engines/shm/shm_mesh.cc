@@ -205,19 +205,31 @@ std::string ShmMesh::host_identity() noexcept {
   }
 }
 
-std::size_t ShmMesh::ring_bytes_for(int size, int lanes) {
-  const std::size_t rings = static_cast<std::size_t>(std::max(1, size - 1)) *
-                            static_cast<std::size_t>(std::max(1, lanes));
-  return std::clamp(std::bit_floor(kSegmentTarget / rings), kMinRingBytes, kMaxRingBytes);
+std::size_t ShmMesh::l2_bytes() noexcept {
+  const long bytes = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return bytes > 0 ? static_cast<std::size_t>(bytes) : 0;
 }
 
-ShmMesh::ShmMesh(int rank, int size, int lanes, bool parks)
+std::size_t ShmMesh::ring_bytes_for(int size, int lanes, std::size_t l2) {
+  const std::size_t rings = static_cast<std::size_t>(std::max(1, size - 1)) *
+                            static_cast<std::size_t>(std::max(1, lanes));
+  std::size_t bytes = kSegmentTarget / rings;
+  // A step through a ring of R bytes keeps about 4R in the cache of the core that drives it:
+  // the ring it writes, the peer's ring it reads, the step's source and its destination. At
+  // most half of the core's L2 for that leaves the other half to what the caller touches
+  // between collectives (an interpreter's call path, the model's own data), which would
+  // otherwise push the step's bytes out to the next level on every call.
+  if (l2 > 0) bytes = std::min(bytes, l2 / 8);
+  return std::clamp(std::bit_floor(bytes), kMinRingBytes, kMaxRingBytes);
+}
+
+ShmMesh::ShmMesh(int rank, int size, int lanes, bool parks, std::size_t ring_bytes)
     : rank_(rank),
       size_(size),
       lanes_(lanes),
       parks_(parks),
       max_park_(kMaxPark),
-      ring_bytes_(ring_bytes_for(size, lanes)),
+      ring_bytes_(ring_bytes != 0 ? ring_bytes : ring_bytes_for(size, lanes)),
       segment_bytes_(Segment::bytes(size, lanes, ring_bytes_)),
       segments_(static_cast<std::size_t>(std::max(size, 0)), nullptr),
       pidfds_(static_cast<std::size_t>(std::max(size, 0)), -1),
@@ -226,6 +238,11 @@ ShmMesh::ShmMesh(int rank, int size, int lanes, bool parks)
     throw InvalidArgument("shared memory: rank " + std::to_string(rank) + " of " +
                           std::to_string(size) + " processes with " + std::to_string(lanes) +
                           " lanes is out of range");
+  }
+  if (!std::has_single_bit(ring_bytes_) || ring_bytes_ < kMinRingBytes ||
+      ring_bytes_ > kMaxRingBytes) {
+    throw InvalidArgument("shared memory: a ring of " + std::to_string(ring_bytes_) +
+                          " bytes; rings are a power of two from 64 KiB to 1 MiB");
   }
   std::random_device device;
   std::ostringstream name;
@@ -280,11 +297,12 @@ ShmMesh::~ShmMesh() {
   }
 }
 
-std::unique_ptr<ShmMesh> ShmMesh::try_make(int rank, int size, int lanes, bool parks) {
+std::unique_ptr<ShmMesh> ShmMesh::try_make(int rank, int size, int lanes, bool parks,
+                                           std::size_t ring_bytes) {
   std::string host = host_identity();
   if (host.empty()) return nullptr;
   try {
-    auto mesh = std::make_unique<ShmMesh>(rank, size, lanes, parks);
+    auto mesh = std::make_unique<ShmMesh>(rank, size, lanes, parks, ring_bytes);
     mesh->host_ = std::move(host);
     return mesh;
   } catch (const InvalidArgument&) {

@@ -54,9 +54,10 @@ class ShmMesh final : public HostCores {
   static std::string host_identity() noexcept;
 
   // Creates this process's segment for `size` processes and `lanes` lanes, rings of
-  // ring_bytes_for(size, lanes) bytes, its memory allocated at once. Does not block. Throws
-  // Error where /dev/shm refuses or has no room (the message says why) and InvalidArgument
-  // for a rank, size or lanes out of range.
+  // `ring_bytes` (0: ring_bytes_for(size, lanes); every process of a host must use the same),
+  // its memory allocated at once. Does not block. Throws Error where /dev/shm refuses or has
+  // no room (the message says why) and InvalidArgument for a rank, size or lanes out of range
+  // or a ring size that is not a power of two from 64 KiB to 1 MiB.
   //
   // `parks`: whether the job's threads park in wait(); every process of a job must pass the
   // same. With it, each write of a ring's index is a full fence followed by a look at the
@@ -66,15 +67,19 @@ class ShmMesh final : public HostCores {
   // (in a profile of 256 KiB all-reduces through MPI_Allreduce, 87 % of the next frame's
   // send, about 0.9 µs a call; three interleaved runs with and without it did not tell the
   // two apart). wait() then naps 50 µs where it would park.
-  ShmMesh(int rank, int size, int lanes, bool parks = true);
+  ShmMesh(int rank, int size, int lanes, bool parks = true, std::size_t ring_bytes = 0);
   // Unmaps every segment and removes this process's name from /dev/shm if unlink() has not.
   ~ShmMesh();
   ShmMesh(const ShmMesh&) = delete;
   ShmMesh& operator=(const ShmMesh&) = delete;
 
   // Ring size: 1 MiB for up to 16 rings per segment, shrinking (to 64 KiB at least) as the
-  // job grows so that a segment stays near 16 MiB. A power of two.
-  static std::size_t ring_bytes_for(int size, int lanes);
+  // job grows so that a segment stays near 16 MiB; with `l2` (a core's L2 cache in bytes; 0:
+  // no bound), at most an eighth of it, so that a step's ring, its peer's, its source and its
+  // destination fit in half of it. A power of two. Every process of a host computes the same.
+  static std::size_t ring_bytes_for(int size, int lanes, std::size_t l2 = 0);
+  // This host's L2 cache per core in bytes, as the C library reports it; 0 when it does not.
+  static std::size_t l2_bytes() noexcept;
   std::size_t ring_bytes() const { return ring_bytes_; }
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return size_; }
@@ -84,7 +89,8 @@ class ShmMesh final : public HostCores {
 
   // Makes a mesh for this process, or null where this host's identity cannot be read or
   // /dev/shm refuses (the job then talks another way). Never throws but for bad arguments.
-  static std::unique_ptr<ShmMesh> try_make(int rank, int size, int lanes, bool parks = true);
+  static std::unique_ptr<ShmMesh> try_make(int rank, int size, int lanes, bool parks = true,
+                                           std::size_t ring_bytes = 0);
   // What this process tells its peers so they can attach: host identity, segment name, pid.
   std::string offer() const;
   // Attaches to the peers whose offers (by rank; this process's own is skipped) say they run
