@@ -308,4 +308,38 @@ void SplitTransport::native_all_reduce(int lane, void* data, std::size_t count, 
   }
 }
 
+template <typename Message>
+void SplitTransport::SplitPointToPoint::guarded(Message&& message) {
+  try {
+    message(*split_.network_->point_to_point());
+  } catch (const InvalidArgument&) {
+    throw;
+  } catch (...) {
+    std::string why = "a failure of a point-to-point message";
+    std::optional<int> cause_replica;
+    try {
+      throw;
+    } catch (const Aborted& e) {
+      why = e.what();
+      cause_replica = e.cause_replica();
+    } catch (const std::exception& e) {
+      why = e.what();
+    } catch (...) {
+    }
+    split_.poison_.set(why, cause_replica);
+    split_.shared_->abort(why, cause_replica);
+    throw;
+  }
+}
+
+void SplitTransport::SplitPointToPoint::send(int peer, std::uint64_t tag, const Call& call,
+                                             const void* data, Clock::time_point deadline) {
+  guarded([&](PointToPoint& p2p) { p2p.send(peer, tag, call, data, deadline); });
+}
+
+void SplitTransport::SplitPointToPoint::recv(int peer, std::uint64_t tag, const Call& call,
+                                             void* data, Clock::time_point deadline) {
+  guarded([&](PointToPoint& p2p) { p2p.recv(peer, tag, call, data, deadline); });
+}
+
 }  // namespace replicator::detail

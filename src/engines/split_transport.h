@@ -51,6 +51,11 @@ class SplitTransport final : public Transport, public NativeCollectives {
   int rank() const override { return network_->rank(); }
   int size() const override { return network_->size(); }
   int num_lanes() const override { return network_->num_lanes(); }
+  // The network transport's point-to-point messages (they do not go through shared memory);
+  // a failure of one poisons the shared-memory side too.
+  PointToPoint* point_to_point() override {
+    return network_->point_to_point() != nullptr ? &point_to_point_ : nullptr;
+  }
 
   Ticket post(int lane, std::span<const SendOp> sends, std::span<const RecvOp> recvs) override;
   void wait(int lane, Ticket ticket, Clock::time_point deadline) override;
@@ -94,12 +99,29 @@ class SplitTransport final : public Transport, public NativeCollectives {
   void release(Transport& other, int lane, const std::exception_ptr& failure) noexcept;
   NativeCollectives& native();
 
+  // The network part's point-to-point messages; a failure (not a bad argument) poisons the
+  // split and aborts the shared part with the same reason, so that the lanes fail too.
+  class SplitPointToPoint final : public PointToPoint {
+   public:
+    explicit SplitPointToPoint(SplitTransport& split) : split_(split) {}
+    void send(int peer, std::uint64_t tag, const Call& call, const void* data,
+              Clock::time_point deadline) override;
+    void recv(int peer, std::uint64_t tag, const Call& call, void* data,
+              Clock::time_point deadline) override;
+
+   private:
+    template <typename Message>
+    void guarded(Message&& message);
+    SplitTransport& split_;
+  };
+
   std::unique_ptr<Transport> network_;
   std::unique_ptr<PolledTransport> shared_;
   PolledTransport* polled_network_;  // network_ where it is one, else null
   const std::size_t shared_max_bytes_;
   std::vector<Lane> lanes_;
   Poison poison_;
+  SplitPointToPoint point_to_point_{*this};
 };
 
 }  // namespace replicator::detail

@@ -84,6 +84,8 @@ constexpr std::uint32_t dtype_bit(DType dtype) {
   return std::uint32_t{1} << static_cast<unsigned>(dtype);
 }
 
+class PointToPoint;
+
 class Transport {
  public:
   using Clock = std::chrono::steady_clock;
@@ -129,6 +131,44 @@ class Transport {
 
   // What the transport is like; the collectives' chooser plans from it. Never blocks.
   virtual TransportTraits traits() const = 0;
+
+  // The transport's point-to-point messages (below), or null where it has none (every
+  // transport but gloo's). Never blocks.
+  virtual PointToPoint* point_to_point() { return nullptr; }
+};
+
+// Point-to-point messages beside the lanes' collectives (torch.distributed's send and recv),
+// between two processes only. They are not ordered with the lanes' exchanges; they are matched
+// by peer and tag: the k-th send with a tag from one process to another lands in the k-th
+// receive with that tag that the other makes from it. Before any data moves the receiver
+// compares the sender's call with its own (size and kind) and answers, so that a send and a
+// receive that disagree both throw CollectiveMismatch naming the two calls, and the data of
+// one never lands in the buffer of the other. Thread-safe: any number of threads may send and
+// receive at once, beside the users of the lanes.
+class PointToPoint {
+ public:
+  // What one side called, as the other sees it.
+  struct Call {
+    std::size_t bytes = 0;
+    std::uint32_t kind = 0;  // what the bytes are (a dtype); the two sides must agree
+    std::string text;        // the call and its site, for messages: "send(f32 x 4, to 1, tag 0)"
+  };
+
+  // Sends `call.bytes` of `data` to the receive `peer` makes with `tag`; blocks until the peer
+  // has taken them (Gloo moves a message once its receive is posted). Throws InvalidArgument
+  // (peer out of range, or this process) before anything is sent; CollectiveMismatch (the
+  // peer's receive disagrees); Timeout (the deadline passed: `missing` names the peer);
+  // PeerLost; Aborted (the transport is poisoned, or the peer announced a failure). Every
+  // error but InvalidArgument poisons the transport, as a failed exchange does.
+  virtual void send(int peer, std::uint64_t tag, const Call& call, const void* data,
+                    Transport::Clock::time_point deadline) = 0;
+  // Receives `call.bytes` into `data` from the send `peer` makes with `tag`; blocks until they
+  // are there. Throws as send() does.
+  virtual void recv(int peer, std::uint64_t tag, const Call& call, void* data,
+                    Transport::Clock::time_point deadline) = 0;
+
+ protected:
+  ~PointToPoint() = default;
 };
 
 // A transport whose messages can be moved and looked at without blocking (MPI's requests,

@@ -8,7 +8,7 @@
 //                           REPLICATOR_JOB) and runs the Worker tests: exchanges on 2 lanes from
 //                           2 threads, sizes 0, 1, 4099 and 3 MiB, ring shift and all-to-all,
 //                           Timeout, abort, rendezvous errors, gloo::allreduce (what they cost is
-//                           bench/compare_engines.sh's);
+//                           bench/compare_engines.sh's), point-to-point messages beside them;
 //   --redis LAUNCHER        starts redis-server on a free port, runs the workers through the
 //                           launcher with the Redis store, then checks the error once Redis is
 //                           down (exit 77, "skipped", when redis-server is not installed);
@@ -340,6 +340,120 @@ TEST(Worker, AbortReleasesLocalWaitersAndPeers) {
           << what;
     }
   }
+}
+
+// ---- point-to-point messages -------------------------------------------------------------
+
+PointToPoint::Call call_of(std::size_t bytes, const char* text) {
+  return {.bytes = bytes, .kind = 7, .text = text};
+}
+
+TEST(Worker, PointToPointMatchesByTagBesideTheLanes) {
+  auto t = make("p2p", 1);
+  PointToPoint* p2p = t->point_to_point();
+  ASSERT_NE(p2p, nullptr);
+  const int p = t->size();
+  const int right = (t->rank() + 1) % p;
+  const int left = (t->rank() + p - 1) % p;
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  // Per size, a send to the right and a receive from the left, each tag on its own thread;
+  // the receives are made in the reverse order of the sends' tags.
+  std::vector<std::vector<std::uint8_t>> out, in;
+  for (std::size_t k = 0; k < std::size(kSizes); ++k) {
+    out.emplace_back(kSizes[k]);
+    in.emplace_back(kSizes[k], 0xee);
+    fill(out.back(), t->rank(), right, 9, static_cast<int>(k));
+  }
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(2 * std::size(kSizes));
+  for (std::size_t k = 0; k < std::size(kSizes); ++k) {
+    threads.emplace_back([&, k] {
+      try {
+        p2p->send(right, k, call_of(kSizes[k], "send"), out[k].data(), deadline);
+      } catch (const std::exception& e) {
+        errors[k] = e.what();
+      }
+    });
+  }
+  for (std::size_t k = std::size(kSizes); k-- > 0;) {
+    threads.emplace_back([&, k] {
+      try {
+        p2p->recv(left, k, call_of(kSizes[k], "recv"), in[k].data(), deadline);
+      } catch (const std::exception& e) {
+        errors[std::size(kSizes) + k] = e.what();
+      }
+    });
+  }
+  // The lane goes on meanwhile.
+  for (int round = 0; round < 3; ++round) EXPECT_EQ(ring_shift(*t, 0, round, 4099), "");
+  for (std::thread& thread : threads) thread.join();
+  for (const std::string& error : errors) EXPECT_EQ(error, "");
+  for (std::size_t k = 0; k < std::size(kSizes); ++k) {
+    EXPECT_EQ(check(in[k], left, t->rank(), 9, static_cast<int>(k)), "");
+  }
+  std::uint8_t byte = 0;
+  EXPECT_THROW(p2p->send(t->rank(), 0, call_of(1, "send"), &byte, deadline), InvalidArgument);
+  EXPECT_THROW(p2p->recv(p, 0, call_of(1, "recv"), &byte, deadline), InvalidArgument);
+  EXPECT_THROW(p2p->recv(-1, 0, call_of(1, "recv"), &byte, deadline), InvalidArgument);
+}
+
+TEST(Worker, PointToPointMismatchThrowsOnBothSides) {
+  auto t = make("p2p-mismatch", 1);
+  if (t->rank() > 1) return;
+  std::vector<std::uint8_t> data(16, 1);
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  try {
+    if (t->rank() == 0) {
+      t->point_to_point()->send(1, 4, call_of(8, "send(8 bytes) at a.py:1"), data.data(), deadline);
+    } else {
+      t->point_to_point()->recv(0, 4, call_of(16, "recv(16 bytes) at a.py:2"), data.data(),
+                                deadline);
+    }
+    ADD_FAILURE() << "no CollectiveMismatch";
+  } catch (const CollectiveMismatch& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("process 0 called send(8 bytes) at a.py:1; process 1 called recv(16 "
+                        "bytes) at a.py:2"),
+              std::string::npos)
+        << what;
+  }
+  // Poisoned: the lanes refuse too.
+  EXPECT_THROW(ring_shift(*t, 0, 0, 1), Aborted);
+}
+
+TEST(Worker, PointToPointReceiveThatNeverComesTimesOutNamingThePeer) {
+  auto t = make("p2p-timeout", 1);
+  if (t->rank() != 0) return;  // the others keep their connections open until rank 0 fails
+  std::uint8_t byte = 0;
+  const auto start = Clock::now();
+  try {
+    t->point_to_point()->recv(1, 0, call_of(1, "recv"), &byte, start + milliseconds(300));
+    ADD_FAILURE() << "no Timeout";
+  } catch (const Timeout& e) {
+    EXPECT_EQ(e.missing(), std::vector<int>{1}) << e.what();
+    EXPECT_EQ(e.op(), "recv");
+    EXPECT_GE(ms_since(start), 299.0);
+    EXPECT_NE(std::string(e.what()).find("process 1 did not make the matching send"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(ring_shift(*t, 0, 0, 1), Aborted);
+}
+
+TEST(Worker, AbortReleasesAPointToPointReceive) {
+  auto t = make("p2p-abort", 1);
+  if (t->rank() != 1) return;
+  // A receive that would wait 20 s is released by abort() at once.
+  std::uint8_t byte = 0;
+  const harness::Interrupted waited = harness::interrupt_when_blocked(
+      [] { return 0; },
+      [&](int) {
+        t->point_to_point()->recv(0, 5, call_of(1, "recv"), &byte,
+                                  Clock::now() + std::chrono::seconds(20));
+      },
+      [&] { t->abort("the step of the test failed on purpose", std::nullopt); });
+  const auto aborted = harness::caught_as<Aborted>(waited.ended_with);
+  ASSERT_TRUE(aborted) << "the receive ended with " << harness::describe(waited.ended_with);
 }
 
 TEST(Worker, RendezvousTimeoutSaysWhoJoined) {

@@ -121,7 +121,7 @@ void ignore_sigpipe_once() {
 
 // ---- transport -----------------------------------------------------------------------
 
-class GlooTransport final : public Transport, public NativeCollectives {
+class GlooTransport final : public Transport, public NativeCollectives, public PointToPoint {
  public:
   // Meets the other processes in the store and connects every lane; see make_gloo_transport.
   GlooTransport(const GlooOptions& options, std::unique_ptr<GlooStore> store);
@@ -161,6 +161,13 @@ class GlooTransport final : public Transport, public NativeCollectives {
             .max_step_bytes = kMaxPipelineBytes};
   }
   void native_all_reduce_f32(float* data, std::size_t count) override;
+
+  // Point-to-point messages (transport.h) on lane 0's connections, in slots of their own.
+  PointToPoint* point_to_point() override { return this; }
+  void send(int peer, std::uint64_t tag, const Call& call, const void* data,
+            Clock::time_point deadline) override;
+  void recv(int peer, std::uint64_t tag, const Call& call, void* data,
+            Clock::time_point deadline) override;
   void native_all_reduce(int, void*, std::size_t, DType, ReduceOp, Clock::time_point) override {
     throw InvalidArgument("gloo engine: the all-reduce of the engine itself is only benchmarked");
   }
@@ -240,9 +247,25 @@ class GlooTransport final : public Transport, public NativeCollectives {
   std::unique_ptr<Lane[]> lanes_;
   std::unique_ptr<ShmMesh> mesh_;  // see take_shared_memory()
 
+  // ---- point-to-point ----
+  class P2pBuffer;
+  void check_p2p_peer(int peer, const char* what) const;
+  // Posts the message of `buffer`; a failure to post poisons the transport and throws.
+  void p2p_post(P2pBuffer& buffer);
+  // Waits for the message of `buffer`, mapping Gloo's failures as wait() does: Timeout
+  // (naming the peer), Aborted (poisoned, or the peer announced a failure), PeerLost.
+  void p2p_wait(P2pBuffer& buffer, Clock::time_point start, Clock::time_point deadline);
+  // The two sides of a send and a receive disagree: waits (at most until `deadline`) for the
+  // message that lets the peer see it too, poisons the transport, throws CollectiveMismatch.
+  [[noreturn]] void p2p_mismatch(P2pBuffer& last, int peer, const std::string& mine,
+                                 const std::string& theirs, bool sender,
+                                 Clock::time_point deadline);
+
   Poison poison_;
   std::mutex mu_;  // guards `announced_`
   bool announced_ = false;
+  std::mutex p2p_mu_;                                      // guards `p2p_live_`
+  std::vector<gloo::transport::UnboundBuffer*> p2p_live_;  // woken by fail()
 };
 
 GlooTransport::GlooTransport(const GlooOptions& options, std::unique_ptr<GlooStore> store)
@@ -683,6 +706,14 @@ void GlooTransport::fail(const std::string& reason, const std::string& why,
   }
   // Connections closed first: a woken exchange frees its buffers, and Gloo's event loop
   // must no longer be able to write into them.
+  try {
+    std::lock_guard lock(p2p_mu_);
+    for (gloo::transport::UnboundBuffer* buffer : p2p_live_) {
+      buffer->abortWaitRecv();
+      buffer->abortWaitSend();
+    }
+  } catch (...) {
+  }
   for (int l = 0; l < num_lanes_; ++l) {
     Lane& lane = lanes_[l];
     try {
@@ -727,6 +758,226 @@ void GlooTransport::native_all_reduce_f32(float* data, std::size_t count) {
     if (was_poisoned) throw_poisoned();
     throw Error(why);
   }
+}
+
+// ---- point-to-point --------------------------------------------------------------------
+//
+// A send and its receive meet in three slots of lane 0's context, the tag's low 48 bits in
+// each: the sender sends its call (size, kind, text) in the first; the receiver compares it
+// with its own and answers in the second, having posted its data receive first where they
+// agree; the data follow in the third. Where they disagree, the side that learns it last
+// answers once more ("seen"), so that each side has the other's call in hand before either
+// closes its connections (a close resets them, and would lose a message not yet read).
+
+constexpr std::uint64_t kP2pSlot = std::uint64_t{0x7d} << 56;
+constexpr std::uint64_t kP2pTagMask = (std::uint64_t{1} << 48) - 1;
+enum class P2pPart : std::uint64_t { kCall = 1, kAnswer = 2, kData = 3, kSeen = 4 };
+
+std::uint64_t p2p_slot(P2pPart part, std::uint64_t tag) {
+  return kP2pSlot | (static_cast<std::uint64_t>(part) << 48) | (tag & kP2pTagMask);
+}
+
+// What one side tells the other of its call.
+struct P2pNote {
+  std::uint64_t bytes = 0;
+  std::uint32_t kind = 0;
+  std::uint32_t agrees = 0;  // an answer: the data may come
+  std::uint32_t length = 0;  // of text
+  char text[492] = {};
+};
+
+P2pNote note_of(const PointToPoint::Call& call, bool agrees) {
+  P2pNote note;
+  note.bytes = call.bytes;
+  note.kind = call.kind;
+  note.agrees = agrees ? 1 : 0;
+  note.length = static_cast<std::uint32_t>(std::min(call.text.size(), sizeof note.text));
+  std::memcpy(note.text, call.text.data(), note.length);
+  return note;
+}
+
+std::string text_of(const P2pNote& note) {
+  return std::string(note.text, std::min<std::size_t>(note.length, sizeof note.text));
+}
+
+// A message's Gloo buffer, known to fail() (which wakes its wait) while it lives.
+class GlooTransport::P2pBuffer {
+ public:
+  P2pBuffer(GlooTransport& transport, void* data, std::size_t bytes, int peer, bool is_recv,
+            std::uint64_t slot, std::string what)
+      : transport_(transport), peer(peer), is_recv(is_recv), slot(slot), what(std::move(what)) {
+    buffer = transport.lanes_[0].context->createUnboundBuffer(data, bytes);
+    std::lock_guard lock(transport_.p2p_mu_);
+    transport_.p2p_live_.push_back(buffer.get());
+  }
+  ~P2pBuffer() {
+    std::lock_guard lock(transport_.p2p_mu_);
+    std::erase(transport_.p2p_live_, buffer.get());
+  }
+  P2pBuffer(const P2pBuffer&) = delete;
+  P2pBuffer& operator=(const P2pBuffer&) = delete;
+
+ private:
+  GlooTransport& transport_;
+
+ public:
+  const int peer;
+  const bool is_recv;
+  const std::uint64_t slot;
+  const std::string what;  // "send to process 1 (tag 0)"
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+};
+
+void GlooTransport::check_p2p_peer(int peer, const char* what) const {
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    throw InvalidArgument("gloo engine: " + std::string(what) + " process " + std::to_string(peer) +
+                          ": this is process " + std::to_string(rank_) + " of " +
+                          std::to_string(size_) +
+                          "; point-to-point messages go to another process of the job");
+  }
+}
+
+void GlooTransport::p2p_post(P2pBuffer& buffer) {
+  try {
+    if (buffer.is_recv) {
+      buffer.buffer->recv(buffer.peer, buffer.slot);
+    } else {
+      buffer.buffer->send(buffer.peer, buffer.slot);
+    }
+  } catch (...) {
+    if (poison_.is_set()) {
+      fail(reason(), reason());
+      throw_poisoned();
+    }
+    const std::string why = "gloo engine: " + buffer.what +
+                            ": posting failed: " + describe_error(std::current_exception()) +
+                            "; the transport is poisoned, restart the job";
+    fail(why, why);
+    throw Error(why);
+  }
+}
+
+void GlooTransport::p2p_wait(P2pBuffer& buffer, Clock::time_point start,
+                             Clock::time_point deadline) {
+  bool completed = false;
+  std::exception_ptr error;
+  try {
+    const auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now());
+    const milliseconds wait = std::clamp(left, milliseconds::zero(), kMaxWait);
+    completed = buffer.is_recv ? buffer.buffer->waitRecv(nullptr, wait)
+                               : buffer.buffer->waitSend(nullptr, wait);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (completed) return;
+  if (error && Clock::now() >= deadline && !poison_.is_set()) {
+    const auto waited = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
+    const std::string why =
+        "gloo engine: " + buffer.what + ": process " + std::to_string(buffer.peer) +
+        " did not make the matching " + (buffer.is_recv ? "send" : "receive") + " within " +
+        std::to_string(waited.count()) + " ms; the transport is poisoned, restart the job";
+    fail(why, why);
+    throw Timeout(why, buffer.is_recv ? "recv" : "send", 0, waited, {buffer.peer});
+  }
+  if (!error || poison_.is_set()) {  // woken by fail(), which closed the connections first
+    fail(reason(), reason());
+    throw_poisoned();
+  }
+  const std::string how =
+      "its connection closed during " + buffer.what + ": " + describe_error(error);
+  if (auto announced = announced_failure(buffer.peer)) {
+    const std::string why = "process " + std::to_string(buffer.peer) + " failed: " + announced->why;
+    fail(why, why, announced->replica);
+    throw Aborted(why, announced->replica);
+  }
+  const std::string why = "gloo engine: lost process " + std::to_string(buffer.peer) + " (" + how +
+                          "); the transport is poisoned, restart the job";
+  fail(why, why);
+  throw PeerLost(why, buffer.peer);
+}
+
+void GlooTransport::p2p_mismatch(P2pBuffer& last, int peer, const std::string& mine,
+                                 const std::string& theirs, bool sender,
+                                 Clock::time_point deadline) {
+  try {
+    p2p_wait(last, Clock::now(), deadline);
+  } catch (const Error&) {
+    // The peer closed once it had seen this side's call, or never will: either way the
+    // mismatch is known here and is what this side reports.
+  }
+  const std::string& send_text = sender ? mine : theirs;
+  const std::string& recv_text = sender ? theirs : mine;
+  const int send_rank = sender ? rank_ : peer;
+  const int recv_rank = sender ? peer : rank_;
+  const std::string why = "gloo engine: a send and its receive do not match: process " +
+                          std::to_string(send_rank) + " called " + send_text + "; process " +
+                          std::to_string(recv_rank) + " called " + recv_text +
+                          "; the transport is poisoned, restart the job";
+  fail(why, why);
+  std::vector<std::string> calls(static_cast<std::size_t>(size_));
+  calls[static_cast<std::size_t>(send_rank)] = send_text;
+  calls[static_cast<std::size_t>(recv_rank)] = recv_text;
+  throw CollectiveMismatch(why, 0, std::move(calls));
+}
+
+void GlooTransport::send(int peer, std::uint64_t tag, const Call& call, const void* data,
+                         Clock::time_point deadline) {
+  check_p2p_peer(peer, "send to");
+  if (poison_.is_set()) throw_poisoned();
+  const Clock::time_point start = Clock::now();
+  const std::string what =
+      "send to process " + std::to_string(peer) + " (tag " + std::to_string(tag) + ")";
+  P2pNote mine = note_of(call, false);
+  P2pNote answer;
+  P2pBuffer answering(*this, &answer, sizeof answer, peer, true, p2p_slot(P2pPart::kAnswer, tag),
+                      what);
+  P2pBuffer calling(*this, &mine, sizeof mine, peer, false, p2p_slot(P2pPart::kCall, tag), what);
+  p2p_post(answering);
+  p2p_post(calling);
+  p2p_wait(calling, start, deadline);
+  p2p_wait(answering, start, deadline);
+  if (answer.agrees == 0) {
+    P2pBuffer seen(*this, &mine, sizeof mine, peer, false, p2p_slot(P2pPart::kSeen, tag), what);
+    p2p_post(seen);
+    p2p_mismatch(seen, peer, call.text, text_of(answer), true, deadline);
+  }
+  if (call.bytes == 0) return;
+  P2pBuffer sending(*this, const_cast<void*>(data), call.bytes, peer, false,
+                    p2p_slot(P2pPart::kData, tag), what);
+  p2p_post(sending);
+  p2p_wait(sending, start, deadline);
+}
+
+void GlooTransport::recv(int peer, std::uint64_t tag, const Call& call, void* data,
+                         Clock::time_point deadline) {
+  check_p2p_peer(peer, "receive from");
+  if (poison_.is_set()) throw_poisoned();
+  const Clock::time_point start = Clock::now();
+  const std::string what =
+      "receive from process " + std::to_string(peer) + " (tag " + std::to_string(tag) + ")";
+  P2pNote theirs;
+  P2pBuffer calling(*this, &theirs, sizeof theirs, peer, true, p2p_slot(P2pPart::kCall, tag), what);
+  p2p_post(calling);
+  p2p_wait(calling, start, deadline);
+  const bool agrees = theirs.bytes == call.bytes && theirs.kind == call.kind;
+  std::optional<P2pBuffer> receiving;
+  if (agrees && call.bytes > 0) {
+    receiving.emplace(*this, data, call.bytes, peer, true, p2p_slot(P2pPart::kData, tag), what);
+    p2p_post(*receiving);  // before the answer, so the data can come as soon as it is read
+  }
+  P2pNote answer = note_of(call, agrees);
+  P2pBuffer answering(*this, &answer, sizeof answer, peer, false, p2p_slot(P2pPart::kAnswer, tag),
+                      what);
+  p2p_post(answering);
+  if (!agrees) {
+    P2pNote seen_note;
+    P2pBuffer seen(*this, &seen_note, sizeof seen_note, peer, true, p2p_slot(P2pPart::kSeen, tag),
+                   what);
+    p2p_post(seen);
+    p2p_mismatch(seen, peer, call.text, text_of(theirs), false, deadline);
+  }
+  p2p_wait(answering, start, deadline);
+  if (receiving) p2p_wait(*receiving, start, deadline);
 }
 
 }  // namespace
