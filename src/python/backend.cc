@@ -9,6 +9,7 @@
 
 #include "replicator/errors.h"
 #include "replicator/torch/tensor_collectives.h"
+#include "src/engines/make_transport.h"
 #include "src/python/python_site.h"
 
 namespace replicator::python {
@@ -164,11 +165,19 @@ Backend::Backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int siz
   config.gloo.rank = rank;
   config.gloo.world_size = size;
   config.local_replicas = 1;
-  config.gloo.store.clear();
   if (timeout.count() > 0) config.timeout = timeout;
   config.elastic.generation = -1;
   config.elastic.heartbeat = std::chrono::milliseconds(0);
-  replicator_ = std::make_unique<Replicator>(config, std::make_shared<C10dMeeting>(store));
+  auto meeting = std::make_shared<C10dMeeting>(store);
+  config.gloo.store = meeting->describe();
+  config.validate();
+  timeout_ = config.timeout;
+  // The transport made here, not by the Replicator, so that sends and receives can reach
+  // its point-to-point messages.
+  std::unique_ptr<detail::Transport> transport = detail::make_transport(config, meeting);
+  transport_ = transport.get();
+  p2p_ = transport->point_to_point();
+  replicator_ = detail::make_replicator(config, std::move(transport));
   thread_ = std::thread([this] { serve(); });
   Live& l = live();
   std::lock_guard lock(l.mu);
@@ -192,8 +201,72 @@ void Backend::stop() {
   }
   ready_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // Sends and receives still waiting for their peers would wait until the timeout: they are
+  // released (Aborted), and the peers with them.
+  if (workers_.busy()) {
+    transport_->abort(
+        "replicator backend: stopped with sends or receives still waiting for "
+        "their peers (destroy the process group after waiting for them)",
+        std::nullopt);
+  }
+  workers_.stop();
   std::lock_guard lock(mu_);
   if (!failure_) failure_ = stopped_error();
+}
+
+bool Backend::Workers::submit(std::function<void()> task) {
+  std::lock_guard lock(mu_);
+  if (stopping_) return false;
+  tasks_.push_back(std::move(task));
+  // Each idle thread takes one queued task; more tasks than that get a thread of their own.
+  if (static_cast<int>(tasks_.size()) > idle_) {
+    threads_.emplace_back([this] { loop(); });
+  } else {
+    ready_.notify_one();
+  }
+  return true;
+}
+
+bool Backend::Workers::busy() const {
+  std::lock_guard lock(mu_);
+  return running_ > 0 || !tasks_.empty();
+}
+
+void Backend::Workers::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  ready_.notify_all();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+}
+
+void Backend::Workers::loop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    ++idle_;
+    ready_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+    --idle_;
+    if (tasks_.empty()) return;
+    std::function<void()> task = std::move(tasks_.front());
+    tasks_.pop_front();
+    ++running_;
+    lock.unlock();
+    task();
+    task = nullptr;
+    lock.lock();
+    --running_;
+  }
+}
+
+void Backend::fail_from_worker(std::exception_ptr error) {
+  {
+    std::lock_guard lock(mu_);
+    if (failure_ || thrown_) return;
+    thrown_ = std::move(error);
+  }
+  ready_.notify_all();
 }
 
 void Backend::stop_all() {
@@ -587,15 +660,66 @@ double Backend::time_all_reduce(const at::Tensor& tensor, int iters) {
   return *seconds;
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::send(Tensors&, int, int) {
-  TORCH_CHECK(false,
-              "replicator backend: send/recv are not supported: every replicator call is a "
-              "collective that all ranks make, checked on every rank; use broadcast, scatter or "
-              "all_to_all_single, or a second process group on gloo for point-to-point messages");
+c10::intrusive_ptr<c10d::Work> Backend::send(Tensors& tensors, int dst, int tag) {
+  return point_to_point(true, tensors, dst, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::recv(Tensors& tensors, int src, int tag) {
-  return send(tensors, src, tag);
+  return point_to_point(false, tensors, src, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::point_to_point(bool sending, Tensors& tensors, int peer,
+                                                       int tag) {
+  const char* name = sending ? "send" : "recv";
+  const at::Tensor tensor = single(tensors, name);
+  TORCH_CHECK(peer >= 0 && peer < getSize() && peer != getRank(), "replicator backend: ", name,
+              sending ? " to" : " from", " rank ", peer, ", but this is rank ", getRank(), " of ",
+              getSize(), "; a send or recv goes to another rank of the group");
+  TORCH_CHECK(p2p_ != nullptr,
+              "replicator backend: this job's transport has no point-to-point "
+              "messages");
+  const CallSite where = python_caller();
+  auto work =
+      c10::make_intrusive<Work>(getRank(), sending ? c10d::OpType::SEND : c10d::OpType::RECV,
+                                sending ? "replicator:send" : "replicator:recv", Tensors{tensor});
+  {
+    std::lock_guard lock(mu_);
+    if (failure_ || thrown_ || stopping_) {
+      work->complete(failure_ ? failure_ : thrown_ ? thrown_ : stopped_error());
+      return work;
+    }
+  }
+  const DType dtype = torch::dtype_of(tensor.scalar_type());
+  std::string text = std::string(name) + "(" + std::string(to_string(dtype)) + " x " +
+                     std::to_string(tensor.numel()) + (sending ? ", to rank " : ", from rank ") +
+                     std::to_string(peer) + ", tag " + std::to_string(tag) + ")";
+  if (where.known()) text += " at " + to_string(where);
+  detail::PointToPoint::Call call{.bytes = static_cast<std::size_t>(tensor.nbytes()),
+                                  .kind = static_cast<std::uint32_t>(dtype),
+                                  .text = std::move(text)};
+  const auto deadline = detail::Transport::Clock::now() + timeout_;
+  // The tag as the transport takes it (its low 32 bits, unsigned).
+  const auto slot_tag = static_cast<std::uint64_t>(static_cast<std::uint32_t>(tag));
+  const bool started = workers_.submit([this, work, sending, held = tensor, peer, slot_tag,
+                                        call = std::move(call), deadline]() mutable {
+    std::exception_ptr error;
+    try {
+      const at::Tensor dense = held.contiguous();
+      if (sending) {
+        p2p_->send(peer, slot_tag, call, dense.data_ptr(), deadline);
+      } else {
+        p2p_->recv(peer, slot_tag, call, dense.data_ptr(), deadline);
+        if (!dense.is_same(held)) held.copy_(dense);
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+    held = at::Tensor();  // released before the Work completes (see serve())
+    if (error) fail_from_worker(error);
+    work->complete(error);
+  });
+  if (!started) work->complete(stopped_error());
+  return work;
 }
 
 }  // namespace replicator::python

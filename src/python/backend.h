@@ -16,6 +16,9 @@
 // exit hook through stop_all()) lets the queue drain and ends the thread; later calls fail
 // with Aborted.
 //
+// Sends and receives are not queued: each runs on a worker thread of its own over the
+// transport's point-to-point messages (send() below).
+//
 // The job's Config comes from the environment (Config::from_env: REPLICATOR_TRACE_DIR,
 // REPLICATOR_TIMELINE, REPLICATOR_STRAGGLER_AFTER, REPLICATOR_HOST, ...), with the engine,
 // rank, world size and one local replica set from c10d's, and the default deadline from the
@@ -40,6 +43,7 @@
 #include "replicator/config.h"
 #include "replicator/replica_context.h"
 #include "replicator/replicator.h"
+#include "src/engines/transport.h"
 
 namespace replicator::python {
 
@@ -134,11 +138,44 @@ class Backend final : public c10d::Backend {
   // cannot take, iters < 1) and what Work::wait throws.
   double time_all_reduce(const at::Tensor& tensor, int iters);
 
-  // Point-to-point messages have no replicator collective: c10::Error saying so.
+  // Point-to-point messages (detail::PointToPoint, src/engines/transport.h), beside the
+  // collectives and not ordered with them: the k-th send with a tag from one rank to another
+  // lands in the k-th recv with that tag the other makes from it. Each runs on a thread of its
+  // own, so that a send or recv waiting for its peer holds up neither the collectives nor the
+  // other sends and receives; its Work completes when the data have moved (a send: once the
+  // peer has taken them). Before any data move the two sides compare their calls: a send and
+  // a recv of different sizes or dtypes both fail with CollectiveMismatch naming the two calls
+  // and lines. A failure (mismatch, the peer lost, the process group's timeout passed) fails
+  // the backend as a collective's does. Throws c10::Error at once (nothing sent) for a tensor
+  // the backend cannot take or a peer that is not another rank of the group.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
 
  private:
+  // Threads for sends and receives: each blocks until its peer comes, so no task waits behind
+  // another; a thread is added whenever every one is busy, and kept for later tasks.
+  class Workers {
+   public:
+    bool submit(std::function<void()> task);  // false, not run: stop() has begun
+    bool busy() const;                        // a task queued or running
+    void stop();                              // runs what is queued, then joins every thread
+   private:
+    void loop();
+    mutable std::mutex mu_;
+    std::condition_variable ready_;
+    std::deque<std::function<void()>> tasks_;
+    std::vector<std::thread> threads_;
+    int idle_ = 0;
+    int running_ = 0;
+    bool stopping_ = false;
+  };
+
+  c10::intrusive_ptr<c10d::Work> point_to_point(bool sending, std::vector<at::Tensor>& tensors,
+                                                int peer, int tag);
+  // A send's or recv's failure, for the backend's thread to raise inside the step (which
+  // releases the other ranks) and for every later call.
+  void fail_from_worker(std::exception_ptr error);
+
   using Op = std::function<void(ReplicaContext&, CallSite)>;
   struct Item {
     c10::intrusive_ptr<Work> work;
@@ -154,6 +191,10 @@ class Backend final : public c10d::Backend {
   void serve();
 
   std::unique_ptr<Replicator> replicator_;
+  detail::Transport* transport_ = nullptr;  // replicator_'s
+  detail::PointToPoint* p2p_ = nullptr;     // transport_'s
+  std::chrono::milliseconds timeout_;       // of a send or recv
+  Workers workers_;
   std::mutex mu_;
   std::condition_variable ready_;
   std::deque<Item> queue_;

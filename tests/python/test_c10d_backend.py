@@ -93,7 +93,6 @@ def test_collectives_match_gloo(world):
         # Each refusal is a clear error from the backend on every rank that made the call.
         refused = {"bool tensor", "int16 tensor", "sparse tensor", "BAND",
                    "all_to_all_single uneven splits"}
-        refused |= {0: {"send"}, 1: {"recv"}}.get(rank, set())
         assert set(result["refusals"]) == refused, result["refusals"]
         for name, message in result["refusals"].items():
             assert "replicator" in message, (name, message)
@@ -139,6 +138,44 @@ def test_killed_rank_releases_the_others():
         assert result["class"] in ("replicator.PeerLost", "replicator.Aborted"), detail
         assert re.search(r"(rank|process|replica|peer)\s+2\b", result["message"]), detail
         assert result["seconds"] < 20, detail  # the group's timeout is 60 s
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_send_recv_match_gloo(world):
+    job = run_job("point_to_point", world)
+    for rank in range(world):
+        result = _result(job, rank)
+        assert result["checks"] == 21, result
+        assert result["failures"] == [], "\n".join(result["failures"])
+    for rank in range(world):
+        assert job[rank][0] == 0, f"rank {rank} exited {job[rank][0]}:\n{job[rank][2][-4000:]}"
+
+
+def test_send_recv_mismatch_raises_on_both_ranks_naming_both_calls():
+    job = run_job("p2p_mismatch", 2)
+    lines = (_line_of("p2p mismatch: send"), _line_of("p2p mismatch: recv"))
+    for rank in range(2):
+        result = _result(job, rank)
+        detail = f"rank {rank}: {result}"
+        assert result["raised"], detail
+        assert result["class"] == "replicator.CollectiveMismatch", detail
+        message = result["message"]
+        assert "send(f32 x 4, to rank 1" in message and "recv(f32 x 8, from rank 0" in message, \
+            detail
+        for line in lines:
+            assert f"test_c10d_backend.py:{line}" in message, detail
+        # The backend is failed: a later collective raises the same error.
+        assert result["after"].startswith("replicator.CollectiveMismatch"), detail
+
+
+def test_killed_rank_releases_a_recv_waiting_for_it():
+    job = run_job("p2p_kill", 2)
+    assert job[1][0] == -signal.SIGKILL, f"rank 1 exited {job[1][0]}:\n{job[1][2][-3000:]}"
+    result = _result(job, 0)
+    detail = f"rank 0: {result}"
+    assert result["class"] in ("replicator.PeerLost", "replicator.Aborted"), detail
+    assert re.search(r"process\s+1\b", result["message"]), detail
+    assert result["seconds"] < 20, detail  # the group's timeout is 60 s
 
 
 def test_all_reduce_is_bitwise_deterministic_over_jobs():
@@ -462,9 +499,6 @@ def worker_collectives(rank, world):
     uneven = [1] * (W - 1) + [W + 1]
     refuse("all_to_all_single uneven splits",
            lambda: dist.all_to_all_single(torch.zeros(2 * W), torch.zeros(2 * W), uneven, uneven))
-    point_to_point = {0: lambda: dist.send(torch.ones(2), dst=1),
-                      1: lambda: dist.recv(torch.ones(2), src=0)}
-    refuse(("send", "recv", "")[min(rank, 2)], point_to_point.get(rank))
 
     dist.barrier()
     dist.destroy_process_group()
@@ -551,6 +585,204 @@ def worker_determinism(rank, world):
     dist.destroy_process_group()
 
 
+def worker_point_to_point(rank, world):
+    """send/recv on the replicator group and on a gloo group, same inputs: a ring of
+    isend/irecv in every dtype, blocking pairs, batch_isend_irecv, tags received out of their
+    order, an empty tensor, and a send waiting for a recv that comes after a collective."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    import replicator.torch  # noqa: F401
+
+    dist.init_process_group("replicator", timeout=timedelta(seconds=60))
+    gloo = dist.new_group(backend="gloo")
+    W = world
+    nxt, prv = (rank + 1) % W, (rank - 1) % W
+    failures, checks = [], 0
+
+    def data(dtype, shape, salt, who=rank):
+        g = torch.Generator().manual_seed(1000 * who + salt)
+        return torch.randint(0, 100, shape, generator=g, dtype=torch.int64).to(dtype)
+
+    def check(name, run):
+        nonlocal checks
+        checks += 1
+        try:
+            ours = run(None)
+            ref = run(gloo)
+        except Exception as e:  # noqa: BLE001 (reported, then the next check)
+            failures.append(f"rank {rank} {name}: {_class_name(e)}: {e}")
+            return
+        for i, (a, b) in enumerate(zip(ours, ref)):
+            if a.dtype != b.dtype or a.shape != b.shape or not torch.equal(a, b):
+                failures.append(f"rank {rank} {name}[{i}]: replicator {a.flatten()[:8].tolist()}"
+                                f" vs gloo {b.flatten()[:8].tolist()}")
+
+    shape = (5, 7)
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
+                  torch.int32, torch.uint8):
+        d = str(dtype).replace("torch.", "")
+
+        def ring(group, dtype=dtype):
+            out = torch.zeros(shape, dtype=dtype)
+            reqs = [dist.irecv(out, prv, group=group, tag=3),
+                    dist.isend(data(dtype, shape, 1), nxt, group=group, tag=3)]
+            for req in reqs:
+                req.wait()
+            return [out]
+        check(f"isend/irecv ring {d}", ring)
+
+        def pair(group, dtype=dtype):
+            if rank == 0:
+                dist.send(data(dtype, (3, 1031), 2), W - 1, group=group)
+            elif rank == W - 1:
+                out = torch.zeros((3, 1031), dtype=dtype)
+                dist.recv(out, 0, group=group)
+                return [out]
+            return []
+        check(f"send/recv 0 -> {W - 1} {d}", pair)
+
+    def non_contiguous(group):
+        out = torch.zeros((7, 5)).t()  # received into a transposed view on ours
+        if group is not None:
+            out = torch.zeros((5, 7))
+        if rank == 0:
+            dist.send(data(torch.float32, (5, 7), 3), 1, group=group)
+        elif rank == 1:
+            dist.recv(out, 0, group=group)
+            return [out.contiguous()]
+        return []
+    check("recv into a non-contiguous tensor", non_contiguous)
+
+    def batch(group):
+        out = torch.zeros(16)
+        ops = [dist.P2POp(dist.isend, data(torch.float32, (16,), 4), nxt, group=group),
+               dist.P2POp(dist.irecv, out, prv, group=group)]
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+        return [out]
+    check("batch_isend_irecv ring", batch)
+
+    def tags_out_of_order(group):
+        if rank == 0:
+            first = dist.isend(data(torch.float32, (4,), 5), 1, group=group, tag=1)
+            second = dist.isend(data(torch.float32, (4,), 6), 1, group=group, tag=2)
+            second.wait()
+            first.wait()
+        elif rank == 1:
+            one, two = torch.zeros(4), torch.zeros(4)
+            later = dist.irecv(two, 0, group=group, tag=2)
+            dist.recv(one, 0, group=group, tag=1)
+            later.wait()
+            return [one, two]
+        return []
+    check("tags received out of their order", tags_out_of_order)
+
+    def empty(group):
+        out = torch.zeros(0)
+        if rank == 0:
+            dist.send(torch.zeros(0), 1, group=group)
+        elif rank == 1:
+            dist.recv(out, 0, group=group)
+        return [out]
+    check("empty tensor", empty)
+
+    def behind_a_collective(group):
+        t = torch.full((3,), float(rank))
+        out = torch.zeros(5)
+        if rank == 0:
+            req = dist.isend(data(torch.float32, (5,), 7), 1, group=group, tag=9)
+            dist.all_reduce(t, group=group)
+            req.wait()
+        elif rank == 1:
+            dist.all_reduce(t, group=group)
+            dist.recv(out, 0, group=group, tag=9)
+        else:
+            dist.all_reduce(t, group=group)
+        return [t, out]
+    check("a send whose recv comes after a collective", behind_a_collective)
+
+    def work_future(group):
+        out = torch.zeros(4)
+        if rank == 0:
+            dist.isend(data(torch.float32, (4,), 8), 1, group=group).wait()
+        elif rank == 1:
+            got = dist.irecv(out, 0, group=group)
+            if group is None:  # gloo's Work has no future for recv
+                return [got.get_future().wait()[0]]
+            got.wait()
+        return [out]
+    check("irecv's future", work_future)
+
+    # A receive from any source is a clear error at once, and the group goes on.
+    checks += 1
+    try:
+        dist.recv(torch.zeros(2))
+        failures.append(f"rank {rank} recv from any source: no error")
+    except Exception as e:  # noqa: BLE001
+        if "recvAnysource" not in str(e):
+            failures.append(f"rank {rank} recv from any source: {_class_name(e)}: {e}")
+    dist.barrier()
+    _report(checks=checks, failures=failures)
+    dist.destroy_process_group()
+
+
+def worker_p2p_mismatch(rank, world):
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    import replicator.torch  # noqa: F401
+
+    dist.init_process_group("replicator", timeout=timedelta(seconds=60))
+    result = {"raised": False}
+    try:
+        if rank == 0:
+            dist.send(torch.ones(4), 1)  # p2p mismatch: send
+        else:
+            dist.recv(torch.ones(8), 0)  # p2p mismatch: recv
+    except Exception as e:  # noqa: BLE001
+        result = {"raised": True, "class": _class_name(e), "message": str(e)}
+    try:
+        dist.all_reduce(torch.ones(4))
+        result["after"] = "no error"
+    except Exception as e:  # noqa: BLE001
+        result["after"] = f"{_class_name(e)}: {e}"
+    _report(**result)
+    dist.destroy_process_group()
+
+
+def worker_p2p_kill(rank, world):
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    import replicator.torch  # noqa: F401
+
+    dist.init_process_group("replicator", timeout=timedelta(seconds=60))
+    store = dist.distributed_c10d._get_default_store()
+    dist.all_reduce(torch.ones(4))
+    if rank == 1:
+        store.wait(["receiving"])  # rank 0's recv is posted
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    result = {"raised": False}
+    start = time.monotonic()
+    req = dist.irecv(torch.zeros(4), 1)
+    store.set("receiving", "yes")
+    try:
+        req.wait()
+    except Exception as e:  # noqa: BLE001
+        result.update(raised=True, **{"class": _class_name(e)}, message=str(e))
+    result["seconds"] = time.monotonic() - start
+    _report(**result)
+    os._exit(0)
+
+
 KEPT = {}  # what worker_left_alive leaves to the interpreter's exit
 
 
@@ -612,5 +844,6 @@ if __name__ == "__main__":
     workers = {"collectives": worker_collectives, "mismatch": worker_mismatch,
                "kill": worker_kill, "determinism": worker_determinism,
                "left_alive": worker_left_alive, "stopped": worker_stopped,
-               "recorder": worker_recorder}
+               "recorder": worker_recorder, "point_to_point": worker_point_to_point,
+               "p2p_mismatch": worker_p2p_mismatch, "p2p_kill": worker_p2p_kill}
     workers[sys.argv[1]](int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
