@@ -140,11 +140,12 @@ class Transport {
 // Point-to-point messages beside the lanes' collectives (torch.distributed's send and recv),
 // between two processes only. They are not ordered with the lanes' exchanges; they are matched
 // by peer and tag: the k-th send with a tag from one process to another lands in the k-th
-// receive with that tag that the other makes from it. Before any data moves the receiver
-// compares the sender's call with its own (size and kind) and answers, so that a send and a
-// receive that disagree both throw CollectiveMismatch naming the two calls, and the data of
-// one never lands in the buffer of the other. Thread-safe: any number of threads may send and
-// receive at once, beside the users of the lanes.
+// receive with that tag that the other makes from it (calls of one peer and tag made at once
+// on several threads count in the order they post, which the caller does not control). Before any
+// data moves the receiver compares the sender's call with its own (size and kind) and answers, so
+// that a send and a receive that disagree both throw CollectiveMismatch naming the two calls, and
+// the data of one never lands in the buffer of the other. Thread-safe: any number of threads may
+// send and receive at once, beside the users of the lanes.
 class PointToPoint {
  public:
   // What one side called, as the other sees it.

@@ -682,12 +682,22 @@ c10::intrusive_ptr<c10d::Work> Backend::point_to_point(bool sending, Tensors& te
   auto work =
       c10::make_intrusive<Work>(getRank(), sending ? c10d::OpType::SEND : c10d::OpType::RECV,
                                 sending ? "replicator:send" : "replicator:recv", Tensors{tensor});
+  auto done = std::make_shared<std::promise<void>>();
+  std::shared_future<void> before;  // the previous send or recv of the same key
   {
     std::lock_guard lock(mu_);
     if (failure_ || thrown_ || stopping_) {
       work->complete(failure_ ? failure_ : thrown_ ? thrown_ : stopped_error());
       return work;
     }
+    if (p2p_last_.size() > 1024) {  // forget the keys whose last call has ended
+      std::erase_if(p2p_last_, [](const auto& entry) {
+        return entry.second.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+      });
+    }
+    std::shared_future<void>& last = p2p_last_[P2pKey{sending, peer, tag}];
+    before = last;
+    last = done->get_future().share();
   }
   const DType dtype = torch::dtype_of(tensor.scalar_type());
   std::string text = std::string(name) + "(" + std::string(to_string(dtype)) + " x " +
@@ -701,7 +711,8 @@ c10::intrusive_ptr<c10d::Work> Backend::point_to_point(bool sending, Tensors& te
   // The tag as the transport takes it (its low 32 bits, unsigned).
   const auto slot_tag = static_cast<std::uint64_t>(static_cast<std::uint32_t>(tag));
   const bool started = workers_.submit([this, work, sending, held = tensor, peer, slot_tag,
-                                        call = std::move(call), deadline]() mutable {
+                                        call = std::move(call), done, before, deadline]() mutable {
+    if (before.valid()) before.wait();
     std::exception_ptr error;
     try {
       const at::Tensor dense = held.contiguous();
@@ -716,9 +727,13 @@ c10::intrusive_ptr<c10d::Work> Backend::point_to_point(bool sending, Tensors& te
     }
     held = at::Tensor();  // released before the Work completes (see serve())
     if (error) fail_from_worker(error);
+    done->set_value();
     work->complete(error);
   });
-  if (!started) work->complete(stopped_error());
+  if (!started) {
+    done->set_value();
+    work->complete(stopped_error());
+  }
   return work;
 }
 

@@ -30,6 +30,8 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -142,8 +144,9 @@ class Backend final : public c10d::Backend {
   // collectives and not ordered with them: the k-th send with a tag from one rank to another
   // lands in the k-th recv with that tag the other makes from it. Each runs on a thread of its
   // own, so that a send or recv waiting for its peer holds up neither the collectives nor the
-  // other sends and receives; its Work completes when the data have moved (a send: once the
-  // peer has taken them). Before any data move the two sides compare their calls: a send and
+  // sends and receives of other tags or peers (one of the same peer, tag and direction starts
+  // when the one called before it has ended); its Work completes when the data have moved (a
+  // send: once the peer has taken them). Before any data move the two sides compare their calls: a send and
   // a recv of different sizes or dtypes both fail with CollectiveMismatch naming the two calls
   // and lines. A failure (mismatch, the peer lost, the process group's timeout passed) fails
   // the backend as a collective's does. Throws c10::Error at once (nothing sent) for a tensor
@@ -195,6 +198,16 @@ class Backend final : public c10d::Backend {
   detail::PointToPoint* p2p_ = nullptr;     // transport_'s
   std::chrono::milliseconds timeout_;       // of a send or recv
   Workers workers_;
+  // Per peer, tag and direction, the end of the last send or recv: the next one starts after
+  // it, so that they are posted in the order they were called and the k-th meets the k-th of
+  // the peer's (the worker threads would otherwise post them in any order). Guarded by mu_.
+  struct P2pKey {
+    bool sending;
+    int peer;
+    int tag;
+    auto operator<=>(const P2pKey&) const = default;
+  };
+  std::map<P2pKey, std::shared_future<void>> p2p_last_;
   std::mutex mu_;
   std::condition_variable ready_;
   std::deque<Item> queue_;

@@ -145,7 +145,7 @@ def test_send_recv_match_gloo(world):
     job = run_job("point_to_point", world)
     for rank in range(world):
         result = _result(job, rank)
-        assert result["checks"] == 21, result
+        assert result["checks"] == 24, result
         assert result["failures"] == [], "\n".join(result["failures"])
     for rank in range(world):
         assert job[rank][0] == 0, f"rank {rank} exited {job[rank][0]}:\n{job[rank][2][-4000:]}"
@@ -679,6 +679,23 @@ def worker_point_to_point(rank, world):
             return [one, two]
         return []
     check("tags received out of their order", tags_out_of_order)
+
+    def one_tag_in_order(group):
+        # Sends with one tag arrive in the order they were made, however the backend's
+        # threads are scheduled.
+        outs = [torch.zeros(64) for _ in range(6)]
+        if rank == 0:
+            reqs = [dist.isend(data(torch.float32, (64,), 20 + k), 1, group=group, tag=4)
+                    for k in range(6)]
+        elif rank == 1:
+            reqs = [dist.irecv(out, 0, group=group, tag=4) for out in outs]
+        else:
+            reqs = []
+        for req in reqs:
+            req.wait()
+        return outs if rank == 1 else []
+    for _ in range(3):
+        check("sends with one tag in their order", one_tag_in_order)
 
     def empty(group):
         out = torch.zeros(0)
