@@ -146,11 +146,12 @@ class Backend final : public c10d::Backend {
   // own, so that a send or recv waiting for its peer holds up neither the collectives nor the
   // sends and receives of other tags or peers (one of the same peer, tag and direction starts
   // when the one called before it has ended); its Work completes when the data have moved (a
-  // send: once the peer has taken them). Before any data move the two sides compare their calls: a send and
-  // a recv of different sizes or dtypes both fail with CollectiveMismatch naming the two calls
-  // and lines. A failure (mismatch, the peer lost, the process group's timeout passed) fails
-  // the backend as a collective's does. Throws c10::Error at once (nothing sent) for a tensor
-  // the backend cannot take or a peer that is not another rank of the group.
+  // send: once the peer has taken them). Before any data move the two sides compare their
+  // calls: a send and a recv of different sizes or dtypes both fail with CollectiveMismatch
+  // naming the two calls and lines. A failure (mismatch, the peer lost, the process group's
+  // timeout passed) fails the backend as a collective's does. Throws c10::Error at once
+  // (nothing sent) for a tensor the backend cannot take or a peer that is not another rank of
+  // the group.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
 
