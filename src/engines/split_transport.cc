@@ -232,8 +232,7 @@ void SplitTransport::poll_both(int lane, Ticket& shared, Ticket& network,
   }
 }
 
-void SplitTransport::release(Transport& other, int lane,
-                             const std::exception_ptr& failure) noexcept {
+void SplitTransport::poison_with(Transport& other, const std::exception_ptr& failure) noexcept {
   std::string why = "a failure of the transport";
   std::optional<int> cause_replica;
   try {
@@ -250,6 +249,11 @@ void SplitTransport::release(Transport& other, int lane,
   }
   poison_.set(why, cause_replica);
   other.abort(why, cause_replica);
+}
+
+void SplitTransport::release(Transport& other, int lane,
+                             const std::exception_ptr& failure) noexcept {
+  poison_with(other, failure);
   try {
     other.wait(lane, lanes_[static_cast<std::size_t>(lane)].posted, Clock::now());  // throws
   } catch (...) {
@@ -315,19 +319,7 @@ void SplitTransport::SplitPointToPoint::guarded(Message&& message) {
   } catch (const InvalidArgument&) {
     throw;
   } catch (...) {
-    std::string why = "a failure of a point-to-point message";
-    std::optional<int> cause_replica;
-    try {
-      throw;
-    } catch (const Aborted& e) {
-      why = e.what();
-      cause_replica = e.cause_replica();
-    } catch (const std::exception& e) {
-      why = e.what();
-    } catch (...) {
-    }
-    split_.poison_.set(why, cause_replica);
-    split_.shared_->abort(why, cause_replica);
+    split_.poison_with(*split_.shared_, std::current_exception());
     throw;
   }
 }

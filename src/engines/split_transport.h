@@ -94,8 +94,10 @@ class SplitTransport final : public Transport, public NativeCollectives {
   // Poll both parts until one has completed the lane's posts up to its ticket, or the
   // deadline passes; clears the ticket of each part that completed.
   void poll_both(int lane, Ticket& shared, Ticket& network, Clock::time_point deadline);
-  // After one part threw `failure`: poisons the split, aborts the `other` part with the same
-  // reason, and has it drop the lane's messages. Never throws.
+  // After one part threw `failure`: poisons the split and aborts the `other` part with the
+  // same reason. Never throws.
+  void poison_with(Transport& other, const std::exception_ptr& failure) noexcept;
+  // poison_with(), then has the `other` part drop the lane's messages. Never throws.
   void release(Transport& other, int lane, const std::exception_ptr& failure) noexcept;
   NativeCollectives& native();
 

@@ -232,8 +232,12 @@ class GlooTransport final : public Transport, public NativeCollectives, public P
                              Clock::time_point deadline);
   [[noreturn]] void throw_timeout(int lane, std::vector<int> missing, bool receives_done,
                                   Clock::time_point start, Clock::time_point deadline);
-  // `peer` failed while `lane` talked to it (`how` says what was seen): Aborted with its
-  // notice if it left one, else PeerLost.
+  // `peer` failed (`how` says what was seen; `where`, if not empty, what talked to it, ending
+  // in ": "): poisons the transport and returns what to throw, Aborted with the peer's notice
+  // if it left one, else PeerLost.
+  std::exception_ptr peer_failure(const std::string& where, int peer,
+                                  const std::string& how) noexcept;
+  // peer_failure() while `lane` talked to `peer`, with the lane's messages dropped.
   [[noreturn]] void throw_peer_failure(int lane, int peer, const std::string& how);
 
   const int rank_;
@@ -371,7 +375,7 @@ std::unique_ptr<ShmMesh> GlooTransport::offer_shared_memory(const GlooOptions& o
   // ring sets only the steps' size, and rings that fit the cache (ShmMesh::ring_bytes_for)
   // cost a caller that touches its own memory between collectives the least: 1 MiB
   // all-reduces from Python through torch.distributed lost 11-13 % to the same calls made
-  // from C++ in one job with 1 MiB rings, 6-7 % with 256 KiB rings (a 2 MiB L2). The mpi
+  // from C++ in one job with 1 MiB rings, 7-9 % with 256 KiB rings (a 2 MiB L2). The mpi
   // engine keeps larger rings, where half a ring also decides which messages skip OpenMPI's
   // handshake.
   if (options.shared_memory && size_ > 1) {
@@ -625,20 +629,29 @@ void GlooTransport::fail_message(int lane, std::size_t index, const std::excepti
                          (message.is_recv ? "receiving from" : "sending to") + " it: " + text);
 }
 
-void GlooTransport::throw_peer_failure(int lane, int peer, const std::string& how) {
-  Lane& l = lanes_[lane];
-  if (auto announced = announced_failure(peer)) {
-    const std::string why = "process " + std::to_string(peer) + " failed: " + announced->why;
-    fail(why, why, announced->replica);
-    finish(l, true);
-    throw Aborted(why, announced->replica);
+std::exception_ptr GlooTransport::peer_failure(const std::string& where, int peer,
+                                               const std::string& how) noexcept {
+  try {
+    if (auto announced = announced_failure(peer)) {
+      const std::string why = "process " + std::to_string(peer) + " failed: " + announced->why;
+      fail(why, why, announced->replica);
+      return std::make_exception_ptr(Aborted(why, announced->replica));
+    }
+    const std::string why = "gloo engine: " + where + "lost process " + std::to_string(peer) +
+                            " (" + how + "); the transport is poisoned, restart the job";
+    fail(why, why);
+    return std::make_exception_ptr(PeerLost(why, peer));
+  } catch (...) {
+    fail(reason(), reason());
+    return std::current_exception();
   }
-  const std::string why = "gloo engine: exchange on lane " + std::to_string(lane) +
-                          ": lost process " + std::to_string(peer) + " (" + how +
-                          "); the transport is poisoned, restart the job";
-  fail(why, why);
-  finish(l, true);
-  throw PeerLost(why, peer);
+}
+
+void GlooTransport::throw_peer_failure(int lane, int peer, const std::string& how) {
+  const std::exception_ptr error =
+      peer_failure("exchange on lane " + std::to_string(lane) + ": ", peer, how);
+  finish(lanes_[lane], true);
+  std::rethrow_exception(error);
 }
 
 void GlooTransport::time_out(int lane, std::size_t index, Clock::time_point start,
@@ -805,8 +818,12 @@ class GlooTransport::P2pBuffer {
  public:
   P2pBuffer(GlooTransport& transport, void* data, std::size_t bytes, int peer, bool is_recv,
             std::uint64_t slot, std::string what)
-      : transport_(transport), peer(peer), is_recv(is_recv), slot(slot), what(std::move(what)) {
-    buffer = transport.lanes_[0].context->createUnboundBuffer(data, bytes);
+      : peer(peer),
+        is_recv(is_recv),
+        slot(slot),
+        what(std::move(what)),
+        buffer(transport.lanes_[0].context->createUnboundBuffer(data, bytes)),
+        transport_(transport) {
     std::lock_guard lock(transport_.p2p_mu_);
     transport_.p2p_live_.push_back(buffer.get());
   }
@@ -817,15 +834,14 @@ class GlooTransport::P2pBuffer {
   P2pBuffer(const P2pBuffer&) = delete;
   P2pBuffer& operator=(const P2pBuffer&) = delete;
 
- private:
-  GlooTransport& transport_;
-
- public:
   const int peer;
   const bool is_recv;
   const std::uint64_t slot;
   const std::string what;  // "send to process 1 (tag 0)"
-  std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+  const std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+
+ private:
+  GlooTransport& transport_;
 };
 
 void GlooTransport::check_p2p_peer(int peer, const char* what) const {
@@ -883,17 +899,9 @@ void GlooTransport::p2p_wait(P2pBuffer& buffer, Clock::time_point start,
     fail(reason(), reason());
     throw_poisoned();
   }
-  const std::string how =
-      "its connection closed during " + buffer.what + ": " + describe_error(error);
-  if (auto announced = announced_failure(buffer.peer)) {
-    const std::string why = "process " + std::to_string(buffer.peer) + " failed: " + announced->why;
-    fail(why, why, announced->replica);
-    throw Aborted(why, announced->replica);
-  }
-  const std::string why = "gloo engine: lost process " + std::to_string(buffer.peer) + " (" + how +
-                          "); the transport is poisoned, restart the job";
-  fail(why, why);
-  throw PeerLost(why, buffer.peer);
+  std::rethrow_exception(
+      peer_failure("", buffer.peer,
+                   "its connection closed during " + buffer.what + ": " + describe_error(error)));
 }
 
 void GlooTransport::p2p_mismatch(P2pBuffer& last, int peer, const std::string& mine,
