@@ -6,38 +6,34 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "replicator/errors.h"
+#include "src/engines/device/cuda_scope.h"
 #include "src/engines/device/device_backend.h"
 
 namespace replicator::detail {
 namespace {
 
-void check(cudaError_t status, const char* what, int device) {
-  if (status == cudaSuccess) return;
-  throw Error(std::string("cuda:") + std::to_string(device) + ": " + what +
-              " failed: " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
-}
+static_assert(sizeof(cudaIpcMemHandle_t) <= IpcHandle::kBytes);
+static_assert(sizeof(cudaIpcEventHandle_t) <= IpcHandle::kBytes);
 
-// Makes `device` the calling thread's current device for the scope, and restores the one
-// before (a user's own CUDA code on the thread keeps its device).
-class DeviceGuard {
+// An interprocess event (no timing): this process's, or another's opened here.
+class CudaEvent final : public DeviceEvent {
  public:
-  explicit DeviceGuard(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    check(cudaSetDevice(device), "cudaSetDevice", device);
-  }
-  ~DeviceGuard() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  explicit CudaEvent(cudaEvent_t event) : event_(event) {}
+  ~CudaEvent() override { cudaEventDestroy(event_); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  cudaEvent_t get() const { return event_; }
 
  private:
-  int previous_ = -1;
+  cudaEvent_t event_;
 };
 
 template <typename T, ReduceOp Op>
@@ -57,10 +53,10 @@ class CudaStream final : public DeviceStream {
     const DeviceGuard guard(device);
     // A blocking stream: what it runs also waits for work issued later on the legacy default
     // stream to begin only after it (and the other way round).
-    check(cudaStreamCreate(&stream_), "cudaStreamCreate", device);
+    check_cuda(cudaStreamCreate(&stream_), "cudaStreamCreate", device);
     int sms = 0;
-    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-          "cudaDeviceGetAttribute", device);
+    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+               "cudaDeviceGetAttribute", device);
     max_blocks_ = sms * 8;
   }
   ~CudaStream() override { cudaStreamDestroy(stream_); }
@@ -68,12 +64,13 @@ class CudaStream final : public DeviceStream {
   void copy(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0) return;
     const DeviceGuard guard(device_);
-    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync", device_);
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync",
+               device_);
   }
   void zero(void* dst, std::size_t bytes) override {
     if (bytes == 0) return;
     const DeviceGuard guard(device_);
-    check(cudaMemsetAsync(dst, 0, bytes, stream_), "cudaMemsetAsync", device_);
+    check_cuda(cudaMemsetAsync(dst, 0, bytes, stream_), "cudaMemsetAsync", device_);
   }
   void reduce(const DeviceReduce& call) override {
     if (call.count == 0 || call.num_outputs == 0) return;
@@ -85,16 +82,40 @@ class CudaStream final : public DeviceStream {
       using Kind = decltype(kind);
       reduce_kernel<typename Kind::Type, Kind::kOp><<<blocks, kThreads, 0, stream_>>>(call);
     });
-    check(cudaGetLastError(), "the reduction kernel's launch", device_);
+    check_cuda(cudaGetLastError(), "the reduction kernel's launch", device_);
   }
   void synchronize() override {
-    check(cudaStreamSynchronize(stream_), "a collective's kernel or copy", device_);
+    check_cuda(cudaStreamSynchronize(stream_), "a collective's kernel or copy", device_);
   }
   void wait_for_issued_work() override {
     const DeviceGuard guard(device_);
-    check(cudaStreamSynchronize(cudaStreamLegacy), "work on the default stream", device_);
-    check(cudaStreamSynchronize(cudaStreamPerThread), "work on the thread's default stream",
-          device_);
+    check_cuda(cudaStreamSynchronize(cudaStreamLegacy), "work on the default stream", device_);
+    check_cuda(cudaStreamSynchronize(cudaStreamPerThread), "work on the thread's default stream",
+               device_);
+  }
+  bool synchronize_until(Clock::time_point deadline) override {
+    for (int looks = 0;; ++looks) {
+      const cudaError_t status = cudaStreamQuery(stream_);
+      if (status == cudaSuccess) return true;
+      if (status != cudaErrorNotReady) check_cuda(status, "a collective's kernel or copy", device_);
+      if (Clock::now() >= deadline) return false;
+      if (looks < 1000) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    }
+  }
+  void record(DeviceEvent& event) override {
+    const DeviceGuard guard(device_);
+    check_cuda(cudaEventRecord(static_cast<CudaEvent&>(event).get(), stream_), "cudaEventRecord",
+               device_);
+  }
+  void* native_handle() override { return stream_; }
+  void wait(DeviceEvent& event) override {
+    const DeviceGuard guard(device_);
+    check_cuda(cudaStreamWaitEvent(stream_, static_cast<CudaEvent&>(event).get(), 0),
+               "cudaStreamWaitEvent", device_);
   }
 
  private:
@@ -118,20 +139,17 @@ class CudaBackend final : public DeviceBackend {
     enable_peers();
     const DeviceGuard guard(device);
     void* p = nullptr;
-    check(cudaMalloc(&p, std::max<std::size_t>(bytes, 1)),
-          ("cudaMalloc of " + std::to_string(bytes) + " bytes").c_str(), device);
+    check_cuda(cudaMalloc(&p, std::max<std::size_t>(bytes, 1)),
+               ("cudaMalloc of " + std::to_string(bytes) + " bytes").c_str(), device);
     return p;
   }
   void release(int device, void* data) noexcept override {
-    int previous = -1;
-    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
-    cudaSetDevice(device);
+    const DeviceGuard guard(device, std::nothrow);
     cudaFree(data);
-    if (previous >= 0) cudaSetDevice(previous);
   }
   void* allocate_host(std::size_t bytes) override {
     void* p = nullptr;
-    check(cudaMallocHost(&p, std::max<std::size_t>(bytes, 1)), "cudaMallocHost", 0);
+    check_cuda(cudaMallocHost(&p, std::max<std::size_t>(bytes, 1)), "cudaMallocHost", 0);
     return p;
   }
   void release_host(void* data) noexcept override { cudaFreeHost(data); }
@@ -145,6 +163,54 @@ class CudaBackend final : public DeviceBackend {
     enable_peers();
     return std::make_unique<CudaStream>(device);
   }
+
+  void* allocate_shared(int device, std::size_t bytes, IpcHandle& handle) override {
+    void* p = allocate(device, bytes);
+    cudaIpcMemHandle_t h;
+    const cudaError_t status = cudaIpcGetMemHandle(&h, p);
+    if (status != cudaSuccess) {
+      release(device, p);
+      check_cuda(status, "cudaIpcGetMemHandle", device);
+    }
+    std::memcpy(handle.bytes.data(), &h, sizeof h);
+    return p;
+  }
+  void release_shared(int device, void* data) noexcept override { release(device, data); }
+  void* open_shared(int device, const IpcHandle& handle) override {
+    enable_peers();
+    const DeviceGuard guard(device);
+    cudaIpcMemHandle_t h;
+    std::memcpy(&h, handle.bytes.data(), sizeof h);
+    void* p = nullptr;
+    check_cuda(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle",
+               device);
+    return p;
+  }
+  void close_shared(int device, void* data) noexcept override {
+    const DeviceGuard guard(device, std::nothrow);
+    cudaIpcCloseMemHandle(data);
+  }
+  std::unique_ptr<DeviceEvent> make_shared_event(int device, IpcHandle& handle) override {
+    const DeviceGuard guard(device);
+    cudaEvent_t e = nullptr;
+    check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventInterprocess),
+               "cudaEventCreateWithFlags (interprocess)", device);
+    auto event = std::make_unique<CudaEvent>(e);
+    cudaIpcEventHandle_t h;
+    check_cuda(cudaIpcGetEventHandle(&h, e), "cudaIpcGetEventHandle", device);
+    std::memcpy(handle.bytes.data(), &h, sizeof h);
+    return event;
+  }
+  std::unique_ptr<DeviceEvent> open_event(int device, const IpcHandle& handle) override {
+    const DeviceGuard guard(device);
+    cudaIpcEventHandle_t h;
+    std::memcpy(&h, handle.bytes.data(), sizeof h);
+    cudaEvent_t e = nullptr;
+    check_cuda(cudaIpcOpenEventHandle(&e, h), "cudaIpcOpenEventHandle", device);
+    return std::make_unique<CudaEvent>(e);
+  }
+  // A stream waiting for another process's event cannot be released: CUDA has no way.
+  void cancel_event_waits() noexcept override {}
 
  private:
   // Every pair of GPUs that can reach each other's memory gets peer access, once.
