@@ -72,9 +72,10 @@ void Communicator::run_device(int me, const CollectiveDef& def, Descriptor& d,
   stream.wait_for_issued_work();
   if (engine_.total() == 1) return single_in_device(def, d, device);
   const Call call = d.call;
-  if (!layout_ && &def == &definition(OpKind::kAllReduce) &&
-      reduces_in_device(d.memory, engine_.size())) {
-    return run(me, def, d, timeout, start, &stream);
+  if (&def == &definition(OpKind::kAllReduce) &&
+      (layout_ ? all_reduces_in_device_across(*layout_, d.memory)
+               : reduces_in_device(d.memory, engine_.size()))) {
+    return run(me, def, d, timeout, start, &device);
   }
   d.call = device.to_host(def, call, d.memory, engine_.first() + me);
   run(me, def, d, timeout, start);
@@ -84,7 +85,7 @@ void Communicator::run_device(int me, const CollectiveDef& def, Descriptor& d,
 
 void Communicator::run(int me, const CollectiveDef& def, Descriptor& d,
                        std::chrono::milliseconds timeout, LocalEngine::Clock::time_point start,
-                       DeviceStream* device_stream) {
+                       DeviceLane* device) {
   Lane& lane = *lanes_[static_cast<std::size_t>(me)];
   if (engine_.total() == 1) return def.single(d, lane.scratch);
 
@@ -94,7 +95,7 @@ void Communicator::run(int me, const CollectiveDef& def, Descriptor& d,
   d.timeout = timeout;
   // Across processes the local part always works on the replicas' own buffers, and so does
   // a reduction in the device.
-  const Path path = layout_ || device_stream
+  const Path path = layout_ || device
                         ? Path::kDirect
                         : choose_local_path(def.path_bytes(d), LocalEngine::kStagingBytes, facts_);
   if (path == Path::kStaged && def.stages(d, first + me)) {
@@ -130,7 +131,7 @@ void Communicator::run(int me, const CollectiveDef& def, Descriptor& d,
   check_match(first, first + me, calls);
   if (layout_) {
     try {
-      cross_process(peers, *layout_, lane.across, deadline);
+      cross_process(peers, *layout_, lane.across, deadline, device);
     } catch (const CollectiveMismatch& e) {
       // Every lane of every process reads the same frames and raises the same mismatch:
       // nobody is left waiting, so the transport stays as it is.
@@ -147,8 +148,8 @@ void Communicator::run(int me, const CollectiveDef& def, Descriptor& d,
     engine_.check_poison(me);
     return;
   }
-  if (device_stream) {
-    device_all_reduce(peers, *device_stream);
+  if (device) {
+    device_all_reduce(peers, device->stream(first_device(d.call)));
   } else if (def.in_process) {
     def.in_process(peers);
   }

@@ -61,9 +61,10 @@ class Communicator {
   // whose failure it was (the transport's Aborted knows it; else `me`), and departs.
   void fail_across(int me, const Error& e);
   // The collective after its descriptor `d` is made: everything but the recording.
-  // `device_stream`: a device all_reduce that runs in the device (device_path.h) on it.
+  // `device`: an all_reduce that runs in the device (device_path.h; across processes,
+  // all_reduce_in_device_across), on this replica's DeviceLane.
   void run(int me, const CollectiveDef& def, Descriptor& d, std::chrono::milliseconds timeout,
-           LocalEngine::Clock::time_point start, DeviceStream* device_stream = nullptr);
+           LocalEngine::Clock::time_point start, DeviceLane* device = nullptr);
   // A collective on device memory: in the device, or through the host (device_path.h).
   void run_device(int me, const CollectiveDef& def, Descriptor& d,
                   std::chrono::milliseconds timeout, LocalEngine::Clock::time_point start);

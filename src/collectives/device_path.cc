@@ -68,6 +68,25 @@ bool reduces_in_device(MemoryKind kind, int n) {
 DeviceLane::~DeviceLane() {
   streams_.clear();
   if (mirror_ != nullptr) device_backend(mirror_kind_).release_host(mirror_);
+  if (scratch_ != nullptr) {
+    device_backend(scratch_device_.kind).release(scratch_device_.index, scratch_);
+  }
+}
+
+std::byte* DeviceLane::scratch(Device device, std::size_t bytes) {
+  if (scratch_ != nullptr && (scratch_device_ != device || scratch_bytes_ < bytes)) {
+    // The streams may still use it.
+    for (auto& [d, s] : streams_) s->synchronize();
+    device_backend(scratch_device_.kind).release(scratch_device_.index, scratch_);
+    scratch_ = nullptr;
+  }
+  if (scratch_ == nullptr) {
+    const std::size_t size = std::max<std::size_t>(bytes + bytes / 2, 4096);
+    scratch_ = static_cast<std::byte*>(device_backend(device.kind).allocate(device.index, size));
+    scratch_device_ = device;
+    scratch_bytes_ = size;
+  }
+  return scratch_;
 }
 
 DeviceStream& DeviceLane::stream(Device device) {

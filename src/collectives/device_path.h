@@ -61,6 +61,10 @@ class DeviceLane {
   // `call`, and waits for them. Throws Error.
   void from_host(const Call& call);
 
+  // At least `bytes` of memory on `device`, this replica's, kept for later calls (its contents
+  // are not). Throws Error.
+  std::byte* scratch(Device device, std::size_t bytes);
+
  private:
   std::byte* mirror(MemoryKind kind, std::size_t bytes);
 
@@ -68,6 +72,9 @@ class DeviceLane {
   MemoryKind mirror_kind_ = MemoryKind::kHost;
   std::byte* mirror_ = nullptr;
   std::size_t mirror_bytes_ = 0;
+  Device scratch_device_;
+  std::byte* scratch_ = nullptr;
+  std::size_t scratch_bytes_ = 0;
   std::vector<Buffer> host_buffers_;  // to_host's in-place buffers
   Call host_;                         // to_host's result
   bool writes_output_ = false;

@@ -284,6 +284,7 @@ TransportTraits SplitTransport::traits() const {
       std::max(network.eager_bytes, std::min(shared.eager_bytes, shared_max_bytes_));
   network.shared_step_bytes = shared_max_bytes_;
   network.host_cores = shared.host_cores;
+  network.one_host = shared.one_host;
   return network;
 }
 

@@ -73,6 +73,9 @@ struct TransportTraits {
   // (host_cores.h): the engine's shared memory between them, owned by the transport and
   // living as long as it; null where the processes do not share this host's memory.
   HostCores* host_cores = nullptr;
+  // Every process of the job runs on this host, so they can open each other's device memory
+  // (CUDA IPC): device buffers then move between them without the host (device_comm.h).
+  bool one_host = false;
 
   bool native_sums(DType dtype) const {
     return ((native_sum_dtypes >> static_cast<unsigned>(dtype)) & 1u) != 0;

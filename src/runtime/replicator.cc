@@ -1,5 +1,8 @@
 #include "replicator/replicator.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -9,6 +12,7 @@
 #include "src/collectives/communicator.h"
 #include "src/collectives/reduce_kernel.h"
 #include "src/engines/make_transport.h"
+#include "src/engines/shm/shm_mesh.h"
 #include "src/runtime/calibration.h"
 #include "src/runtime/host_policy.h"
 #include "src/runtime/trace.h"
@@ -40,6 +44,25 @@ void check_same_local_replicas(detail::Transport& transport, int local,
                         "; every process must run the same number (--local-replicas)");
     }
   }
+}
+
+// Whether the job's processes run on more than one host (their host identities differ, or one
+// cannot read its own): one exchange on lane 0. Throws what the transport throws.
+bool on_several_hosts(detail::Transport& transport, std::chrono::milliseconds timeout) {
+  const std::string identity = detail::ShmMesh::host_identity();
+  const std::uint64_t mine = identity.empty() ? transport.rank() + 1ull  // unlike any other
+                                              : std::hash<std::string>{}(identity) | 1ull << 63;
+  const int P = transport.size();
+  std::vector<std::uint64_t> theirs(static_cast<std::size_t>(P), mine);
+  std::vector<detail::SendOp> sends;
+  std::vector<detail::RecvOp> recvs;
+  for (int q = 0; q < P; ++q) {
+    if (q == transport.rank()) continue;
+    sends.push_back({q, &mine, sizeof mine});
+    recvs.push_back({q, &theirs[static_cast<std::size_t>(q)], sizeof mine});
+  }
+  transport.exchange(0, sends, recvs, detail::Transport::Clock::now() + timeout);
+  return std::any_of(theirs.begin(), theirs.end(), [&](std::uint64_t h) { return h != mine; });
 }
 
 // The hooks of on_first_replica_threads, and how many have run.
@@ -139,6 +162,14 @@ Replicator::Replicator(Config config, std::unique_ptr<detail::Transport> transpo
     layout_->costs =
         detail::calibrate(*layout_, config_.transport.calibration, config_.timeout).costs;
     layout_->cache_share_bytes = detail::read_cache_facts().last_level_share();
+    // CUDA memory between hosts goes over NCCL (one process per GPU); between the processes
+    // of one host over CUDA IPC (make_process_layout), or through the host with shared memory
+    // off.
+    if (built_with_cuda() && !layout_->traits.one_host &&
+        on_several_hosts(*transport_, config_.timeout)) {
+      layout_->device_comms[static_cast<std::size_t>(MemoryKind::kCuda)] =
+          detail::make_nccl_comm(layout_->rank, layout_->processes, L);
+    }
   }
   tracer_ = std::make_unique<detail::Tracer>(config_, layout_ ? layout_->rank : 0,
                                              layout_ ? layout_->processes : 1, L);

@@ -13,8 +13,10 @@
 
 #include "replicator/replicator.h"
 #include "src/collectives/across/across.h"
+#include "src/engines/device/device_backend.h"
 #include "src/runtime/testing.h"
 #include "tests/collectives/fake_transport.h"
+#include "tests/harness/device_checks.h"
 #include "tests/harness/harness.h"
 
 // Checks that `haystack` contains `needle`.
@@ -243,6 +245,46 @@ TEST_P(LayoutTest, EveryCollectiveAcrossProcesses) {
   }
 }
 
+// Between processes of one host, an all-reduce of device buffers stays in the device (the fake
+// device's shared memory, waited for through its events) and gives the host's bits for every
+// dtype and op, fused lists included, over both wires; the other collectives go through the
+// host and give its results.
+TEST_P(LayoutTest, DeviceAllReduceBetweenProcessesOfOneHost) {
+  const int P = GetParam().processes;
+  const int L = GetParam().local;
+  if (P == 1) GTEST_SKIP() << "one process";
+  namespace checks = device_checks;
+  const std::uint64_t waits_before = detail::fake_event_waits();
+  for (const Wire wire : {Wire::kGloo, Wire::kMpi}) {
+    auto network = std::make_shared<testing::FakeNetwork>(P, wire == Wire::kGloo,
+                                                          wire == Wire::kMpi, /*one_host=*/true);
+    std::vector<std::string> failures(static_cast<std::size_t>(P));
+    const auto errors = harness::run_threads(P, [&](int rank) {
+      Config config = checks::config_for(MemoryKind::kFake, L, 2);
+      config.transport.calibration = "off";
+      auto repl = detail::make_replicator(config, network->endpoint(rank, L));
+      std::string& out = failures[static_cast<std::size_t>(rank)];
+      for (const DType dtype : checks::kDtypes) {
+        for (const ReduceOp op : checks::kOps)
+          out += checks::all_reduce_bits(*repl, 1003, dtype, op);
+      }
+      for (const std::size_t n :
+           {std::size_t{1}, std::size_t{64} * static_cast<std::size_t>(P * L) - 1,
+            std::size_t{70001}}) {
+        out += checks::all_reduce_bits(*repl, n, DType::kF32, ReduceOp::kSum);
+        out += checks::all_reduce_bits(*repl, n, DType::kBF16, ReduceOp::kMean);
+      }
+      out += checks::fused_all_reduce_bits(*repl);
+      // every_collective's sizes divide among 1, 2, 3, 4, 6 or 8 replicas.
+      if (wire == Wire::kGloo && 1344 % (P * L) == 0) out += checks::every_collective(*repl);
+    });
+    EXPECT_EQ(harness::all_errors(errors, "process"), "");
+    for (int r = 0; r < P; ++r)
+      EXPECT_EQ(failures[static_cast<std::size_t>(r)], "") << "process " << r;
+  }
+  EXPECT_GT(detail::fake_event_waits(), waits_before) << "no all-reduce stayed in the device";
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, LayoutTest,
                          ::testing::Values(Layout{2, 1}, Layout{4, 1}, Layout{2, 2}, Layout{3, 1},
                                            Layout{3, 2}, Layout{2, 3}, Layout{6, 1}, Layout{1, 4},
@@ -381,6 +423,40 @@ TEST(CrossProcessTest, TimeoutNamesTheReplicasOfTheLateProcess) {
       }
       throw;
     }
+  });
+  EXPECT_GE(timeouts.load(), 1);
+  EXPECT_EQ(harness::first_not_raising<Error>(errors, {}, "process"), "");
+}
+
+// A late process on device buffers: the all-reduce that would stay in the device ends at its
+// deadline with Timeout naming the late process's replicas, as on the host.
+TEST(CrossProcessTest, DeviceAllReduceTimeoutNamesTheLateProcess) {
+  std::atomic<int> timeouts{0};
+  harness::CountDown timed_out(1);
+  auto network = std::make_shared<testing::FakeNetwork>(2, true, false, /*one_host=*/true);
+  const auto errors = harness::run_threads(2, [&](int rank) {
+    Config config = device_checks::config_for(MemoryKind::kFake, 2, 2);
+    config.transport.calibration = "off";
+    auto repl = detail::make_replicator(config, network->endpoint(rank, 2));
+    repl->run([&](ReplicaContext& ctx) {
+      const std::vector<std::byte> host(std::size_t{4} * 1000);
+      const device_checks::OnDevice device(ctx.device(), host, DType::kF32);
+      const Buffer b = device.buffer();
+      if (ctx.replica_id() >= 2) {
+        EXPECT_TRUE(timed_out.wait_for(std::chrono::seconds(30))) << "process 0 never timed out";
+      }
+      try {
+        ctx.all_reduce(std::span<const Buffer>(&b, 1), {.timeout = std::chrono::milliseconds(200)});
+      } catch (const Timeout& e) {
+        if (ctx.replica_id() < 2) {
+          EXPECT_EQ(e.missing(), (std::vector<int>{2, 3})) << e.what();
+          EXPECT_HAS_SUBSTR(std::string(e.what()), "process 1 (replicas 2-3)");
+          ++timeouts;
+          timed_out.count_down();
+        }
+        throw;
+      }
+    });
   });
   EXPECT_GE(timeouts.load(), 1);
   EXPECT_EQ(harness::first_not_raising<Error>(errors, {}, "process"), "");

@@ -30,10 +30,14 @@ class FakeNetwork : public std::enable_shared_from_this<FakeNetwork> {
   // is false, fails the wait. Where receives may be shorter, the network is like OpenMPI's
   // shared memory: 4000 bytes go out eagerly (so frames carry up to that), and the endpoints
   // have an all-reduce of their own (sums, in rank order) that the chooser may pick.
-  explicit FakeNetwork(int processes, bool receives_ahead = true, bool receives_shorter = false)
+  // `one_host`: the endpoints say that every process runs on this host, so device memory
+  // moves between them without the host (the fake device's shared memory).
+  explicit FakeNetwork(int processes, bool receives_ahead = true, bool receives_shorter = false,
+                       bool one_host = false)
       : processes_(processes),
         receives_ahead_(receives_ahead),
-        receives_shorter_(receives_shorter) {}
+        receives_shorter_(receives_shorter),
+        one_host_(one_host) {}
 
   // The endpoint of process `rank`, with `lanes` lanes.
   std::unique_ptr<detail::Transport> endpoint(int rank, int lanes);
@@ -53,6 +57,7 @@ class FakeNetwork : public std::enable_shared_from_this<FakeNetwork> {
   int processes_;
   bool receives_ahead_;
   bool receives_shorter_;
+  bool one_host_;
 };
 
 class FakeTransport : public detail::Transport, public detail::NativeCollectives {
@@ -125,7 +130,8 @@ class FakeTransport : public detail::Transport, public detail::NativeCollectives
             .eager_bytes = network_->receives_shorter_ ? std::size_t{4000} : 0,
             .min_step_bytes = 64 * 1024,
             .max_step_bytes = 64 * 1024,
-            .native_sum_dtypes = network_->receives_shorter_ ? kNativeSums : 0};
+            .native_sum_dtypes = network_->receives_shorter_ ? kNativeSums : 0,
+            .one_host = network_->one_host_};
   }
 
   // The "engine's own" all-reduce: every process sends its whole buffer to every other on

@@ -7,7 +7,7 @@
 # CASE: determinism-mpi, determinism-gloo, shards-mpi, shards-gloo, mismatch-mpi, mismatch-gloo,
 #       local-mismatch-mpi, local-mismatch-gloo, throw-mpi, throw-gloo, stop-mpi, stop-gloo,
 #       straggler-mpi, straggler-gloo, native-deadline-mpi, kill-mpi, kill-gloo, timeline-mpi,
-#       timeline-gloo, two-hosts-gloo
+#       timeline-gloo, two-hosts-gloo, devices-mpi, devices-gloo
 # Exit 0 on success, 1 on failure, 77 when the case cannot run here (ctest: skipped).
 set -uo pipefail
 build="${1:?build dir}"
@@ -194,6 +194,27 @@ case "$case_name" in
       out=$(timeout 120 "$launcher" launch -n 2 --local-replicas 2 -- "$prog" $scenario 2>&1) ||
         fail "$out"
       [[ $(grep -c 'mismatch ok' <<<"$out") == 2 ]] || fail "$scenario: expected 2 'mismatch ok': $out"
+    done
+    ;;
+  devices-mpi | devices-gloo)
+    # 2 processes of 2 replicas on fake devices: the same bits as the host's, with the
+    # all-reduces in the device between the processes (shared memory on), and through the
+    # host with it off.
+    for shm in on off; do
+      export REPLICATOR_DEVICES=fake:2 REPLICATOR_SHARED_MEMORY=$shm
+      if [[ $case_name == devices-mpi ]]; then
+        out=$("${mpi[@]}" -np 2 -x REPLICATOR_LOCAL_REPLICAS=2 -x REPLICATOR_DEVICES \
+          -x REPLICATOR_SHARED_MEMORY "$prog" devices 2>&1) || fail "shared memory $shm: $out"
+      else
+        out=$(timeout 120 "$launcher" launch -n 2 --local-replicas 2 -- "$prog" devices 2>&1) ||
+          fail "shared memory $shm: $out"
+      fi
+      [[ $(grep -c 'devices ok' <<<"$out") == 2 ]] || fail "shared memory $shm: $out"
+      if [[ $shm == on ]]; then
+        grep -q 'waits 0$' <<<"$out" && fail "an all-reduce left the device: $out"
+      else
+        [[ $(grep -c 'waits 0$' <<<"$out") == 2 ]] || fail "shared memory off: $out"
+      fi
     done
     ;;
   local-mismatch-mpi)

@@ -93,6 +93,13 @@ ProcessLayout make_process_layout(Transport& transport, int local, bool oversubs
   layout.traits = transport.traits();
   layout.native = dynamic_cast<NativeCollectives*>(&transport);
   layout.oversubscribed = oversubscribed;
+  if (layout.traits.one_host) {
+    for (const MemoryKind kind : {MemoryKind::kCuda, MemoryKind::kFake}) {
+      if (kind == MemoryKind::kCuda && !built_with_cuda()) continue;
+      layout.device_comms[static_cast<std::size_t>(kind)] =
+          make_ipc_comm(kind, layout.rank, layout.processes, local);
+    }
+  }
   for (int q = 0; q < layout.processes; ++q) {
     layout.subtrees.push_back(canonical_subtrees(q * local, (q + 1) * local));
     layout.max_subtrees =
@@ -121,10 +128,14 @@ std::byte* LaneScratch::reserve(std::size_t bytes) {
 }
 
 void cross_process(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
-                   Deadline deadline) {
+                   Deadline deadline, DeviceLane* device) {
   start_frames(p, layout, lane);
   try {
-    definition(p.mine().kind).across(p, layout, lane, deadline);
+    if (device != nullptr) {
+      all_reduce_in_device_across(p, layout, lane, *device, deadline);
+    } else {
+      definition(p.mine().kind).across(p, layout, lane, deadline);
+    }
   } catch (const CollectiveMismatch&) {
     // Every process read the same frames and sent no data: all post the next frames alike.
     next_frames(p, layout, lane);

@@ -20,14 +20,17 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "src/collectives/peers.h"
 #include "src/collectives/plan.h"
+#include "src/engines/device/device_comm.h"
 #include "src/engines/native.h"
 #include "src/engines/transport.h"
 
@@ -56,8 +59,15 @@ struct ProcessLayout {
   int max_subtrees = 1;
   TransportCosts costs;               // measured at start (zero: not measured)
   std::size_t cache_share_bytes = 0;  // this thread's share of the last-level cache (0: unknown)
+  // By MemoryKind: what moves device memory of that kind between the processes without the
+  // host (null: device buffers go through host memory). IPC where every process runs on this
+  // host; none otherwise.
+  std::array<std::shared_ptr<DeviceComm>, 3> device_comms;
 
   int replicas() const { return processes * local; }
+  DeviceComm* device_comm(MemoryKind kind) const {
+    return device_comms[static_cast<std::size_t>(kind)].get();
+  }
 };
 
 // Per local thread: memory reused by every collective (grown, never shrunk).
@@ -76,11 +86,18 @@ struct LaneScratch {
   std::byte* reserve(std::size_t bytes);  // arena of at least `bytes`
 };
 
+class DeviceLane;
+
 // Replica `local_me`'s part of collective `peers` across processes on lane `local_me`:
-// frames, the table's algorithm, the next frames. Throws CollectiveMismatch, Timeout
-// (naming replicas), PeerLost, Aborted.
+// frames, the table's algorithm (or, given `device`, the all-reduce in the device below), the
+// next frames. Throws CollectiveMismatch, Timeout (naming replicas), PeerLost, Aborted.
 void cross_process(const Peers& peers, const ProcessLayout& layout, LaneScratch& lane,
-                   Transport::Clock::time_point deadline);
+                   Transport::Clock::time_point deadline, DeviceLane* device = nullptr);
+
+// Whether an all_reduce on `kind` memory runs in the device across the processes of `layout`
+// (all_reduce_in_device_across): the kind has a DeviceComm, the kernel takes every replica's
+// input, and the local replicas' devices reach each other. The same answer in every process.
+bool all_reduces_in_device_across(const ProcessLayout& layout, MemoryKind kind);
 
 // What the chooser is asked for one lane's slice of an all-reduce across processes.
 struct LaneShape {
@@ -108,6 +125,12 @@ AcrossAlgorithm all_reduce_across, all_gather_across, broadcast_across, reduce_s
     all_to_all_across, permute_across, gather_across;
 // Barrier and the end of a step: the frames alone.
 AcrossAlgorithm frames_only_across;
+// all_reduce of device buffers, in the device (all_reduce_device.cc): replica g of R owns slice g
+// of the buffers; each lane receives its slice of every other process's replicas through the
+// DeviceComm, reduces all R in the canonical tree with the device kernel (the host's bits)
+// into its process's buffers, and sends the result to the other processes.
+void all_reduce_in_device_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                                 DeviceLane& device, Deadline deadline);
 
 // ---- what the algorithms share ----------------------------------------------------------
 

@@ -229,7 +229,8 @@ TransportTraits ShmTransport::traits() const {
           .eager_bytes = options_.eager_bytes,
           .min_step_bytes = kMinStepBytes,
           .max_step_bytes = std::max(kMinStepBytes, mesh_->ring_bytes() / 2),
-          .host_cores = mesh_.get()};
+          .host_cores = mesh_.get(),
+          .one_host = true};
 }
 
 }  // namespace

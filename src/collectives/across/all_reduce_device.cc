@@ -1,0 +1,204 @@
+// all_reduce of device buffers across processes, in the device (across.h). Replica g of R
+// (process g / L, lane g % L) owns slice g of the buffers' concatenation. Lane l of each process
+// moves only the slices of the lane-l replicas, through the DeviceComm of its lane:
+//   1. it sends every other process q slice q*L + l of each of its process's L buffers, and
+//      receives slice g of each of q's L buffers into rows of device scratch;
+//   2. the device kernel reduces slice g over all R replicas in id order (the canonical tree:
+//      the same bits as the host path and the local engine for R replicas, whatever P x L),
+//      straight from the local buffers and the rows, into every local buffer;
+//   3. it sends the reduced slice to every other process, receives theirs (slices q*L + l) into
+//      its own buffer, and copies them into the process's other buffers.
+// Lanes touch disjoint slices, so the L lanes of a process run at once. Every wait on the host
+// (the comm's handshakes) is bounded by the collective's deadline; so is the wait for the
+// stream, after which the comm is aborted.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "replicator/errors.h"
+#include "src/collectives/across/across.h"
+#include "src/collectives/device_path.h"
+#include "src/collectives/frames.h"
+#include "src/comm/site_files.h"
+
+namespace replicator::detail {
+namespace {
+
+constexpr std::size_t kAlign = 256;  // of every piece in a row: any dtype's alignment
+std::size_t aligned(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+// A buffer's part of a slice, and where it lies in a row that holds the slice.
+struct Piece {
+  std::size_t buffer;
+  std::uint64_t first;
+  std::uint64_t count;
+  std::size_t offset;
+  std::size_t bytes;
+};
+
+std::vector<Piece> pieces_of(std::span<const Buffer> buffers, std::uint64_t lo, std::uint64_t hi,
+                             std::size_t& row_bytes) {
+  std::vector<Piece> pieces;
+  row_bytes = 0;
+  for_each_part(buffers, lo, hi, [&](std::size_t i, std::uint64_t first, std::uint64_t count) {
+    const std::size_t bytes = count * dtype_size(buffers[i].dtype);
+    pieces.push_back({i, first, count, row_bytes, bytes});
+    row_bytes += aligned(bytes);
+  });
+  return pieces;
+}
+
+// Timeout naming every other process's replicas (which of them stalled the device's copies is
+// not known here); `stopped`: the device let go of the copies.
+[[noreturn]] void device_timeout(const ProcessLayout& layout, const Descriptor& d, bool stopped) {
+  std::vector<int> missing;
+  std::string names;
+  for (int q = 0; q < layout.processes; ++q) {
+    if (q == layout.rank) continue;
+    for (int l = 0; l < layout.local; ++l) missing.push_back(q * layout.local + l);
+    names += (names.empty() ? "" : ", ") + std::string("process ") + std::to_string(q) + " (" +
+             replicas_of(layout, q) + ")";
+  }
+  throw Timeout(std::string(d.name()) + " #" + std::to_string(d.sequence) + " (" + d.describe() +
+                    ")" + site_suffix(d.call.where) + " timed out after " +
+                    std::to_string(d.timeout.count()) + " ms waiting for the device copies from " +
+                    names +
+                    (stopped ? "" : "; the device is still waiting for them, so end this process") +
+                    ". Check that every replica issues the same collectives, or raise the timeout.",
+                std::string(d.name()), d.sequence, d.timeout, std::move(missing));
+}
+
+// Ends the comm's waits and gives the stream a second to let go of the replicas' buffers;
+// whether it did.
+bool drain(DeviceStream& stream, DeviceComm& comm) {
+  comm.abort();
+  try {
+    return stream.synchronize_until(Transport::Clock::now() + std::chrono::seconds(1));
+  } catch (const Error&) {  // the ended waits fail the stream's work
+    return true;
+  }
+}
+
+// Steps 1 to 3 of the all-reduce, enqueued on `stream`; returns before the stream has run them.
+void enqueue_all_reduce(const Peers& p, const ProcessLayout& layout, DeviceLane& device,
+                        DeviceStream& stream, DeviceComm& comm, Deadline deadline) {
+  const Descriptor& d = p.mine();
+  const int L = layout.local;
+  const int R = layout.replicas();
+  const int rank = layout.rank;
+  const int l = p.me;
+  const auto buffers_of = [&](int j) { return std::span<const Buffer>(p.of(j).call.buffers); };
+  const std::span<const Buffer> mine = buffers_of(l);
+  const Device on = first_device(d.call);
+  const HostExchange host = [&](std::span<const SendOp> s, std::span<const RecvOp> r) {
+    exchange(layout, l, s, r, deadline, d);
+  };
+  const auto slice = [&](int owner) { return slice_of(d.count, owner, R); };
+  // Calls fn(buffer, first, count, bytes) for each piece of slice `owner` of `buffers`.
+  const auto each_piece = [](std::span<const Buffer> buffers,
+                             std::pair<std::uint64_t, std::uint64_t> s, auto&& fn) {
+    for_each_part(buffers, s.first, s.second,
+                  [&](std::size_t i, std::uint64_t first, std::uint64_t count) {
+                    fn(buffers[i], first, count * dtype_size(buffers[i].dtype));
+                  });
+  };
+
+  // 1. Slice g of every other process's buffers, into a row each.
+  std::size_t row_bytes = 0;
+  const std::vector<Piece> own =
+      pieces_of(mine, slice(rank * L + l).first, slice(rank * L + l).second, row_bytes);
+  std::byte* rows = device.scratch(on, row_bytes * static_cast<std::size_t>(R - L));
+  const auto row = [&](int h) {  // replica h of another process
+    const int index = h < rank * L ? h : h - L;
+    return rows + static_cast<std::size_t>(index) * row_bytes;
+  };
+  std::vector<DeviceSendOp> sends;
+  std::vector<DeviceRecvOp> recvs;
+  for (int q = 0; q < layout.processes; ++q) {
+    if (q == rank) continue;
+    for (int j = 0; j < L; ++j) {
+      each_piece(buffers_of(j), slice(q * L + l),
+                 [&](const Buffer& b, std::uint64_t first, std::size_t bytes) {
+                   sends.push_back({q, element(b, first), bytes});
+                 });
+      for (const Piece& piece : own) {
+        recvs.push_back({q, row(q * L + j) + piece.offset, piece.bytes});
+      }
+    }
+  }
+  comm.exchange(l, on, stream, sends, recvs, host, deadline);
+
+  // 2. All R replicas' slice g, reduced into every local buffer.
+  for (const Piece& piece : own) {
+    DeviceReduce r{.op = d.op,
+                   .dtype = mine[piece.buffer].dtype,
+                   .n = R,
+                   .num_outputs = L,
+                   .count = piece.count,
+                   .divisor = static_cast<std::size_t>(R)};
+    for (int h = 0; h < R; ++h) {
+      r.inputs[h] = h / L == rank ? element(buffers_of(h - rank * L)[piece.buffer], piece.first)
+                                  : row(h) + piece.offset;
+    }
+    for (int j = 0; j < L; ++j) r.outputs[j] = element(buffers_of(j)[piece.buffer], piece.first);
+    stream.reduce(r);
+  }
+
+  // 3. The reduced slices, everywhere.
+  sends.clear();
+  recvs.clear();
+  for (int q = 0; q < layout.processes; ++q) {
+    if (q == rank) continue;
+    for (const Piece& piece : own) {
+      sends.push_back({q, element(mine[piece.buffer], piece.first), piece.bytes});
+    }
+    each_piece(mine, slice(q * L + l),
+               [&](const Buffer& b, std::uint64_t first, std::size_t bytes) {
+                 recvs.push_back({q, element(b, first), bytes});
+               });
+  }
+  comm.exchange(l, on, stream, sends, recvs, host, deadline);
+  for (int q = 0; q < layout.processes; ++q) {
+    if (q == rank) continue;
+    for (int j = 0; j < L; ++j) {
+      if (j == l) continue;
+      const std::span<const Buffer> theirs = buffers_of(j);
+      for_each_part(mine, slice(q * L + l).first, slice(q * L + l).second,
+                    [&](std::size_t k, std::uint64_t first, std::uint64_t count) {
+                      stream.copy(element(theirs[k], first), element(mine[k], first),
+                                  count * dtype_size(mine[k].dtype));
+                    });
+    }
+  }
+}
+
+}  // namespace
+
+bool all_reduces_in_device_across(const ProcessLayout& layout, MemoryKind kind) {
+  return layout.device_comm(kind) != nullptr && layout.replicas() <= elementwise::kMaxInputs &&
+         reduces_in_device(kind, layout.local);
+}
+
+void all_reduce_in_device_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                                 DeviceLane& device, Deadline deadline) {
+  const Descriptor& d = start_exchange(p, layout, lane, deadline);
+  if (d.count == 0) return;
+  DeviceStream& stream = device.stream(first_device(d.call));
+  DeviceComm& comm = *layout.device_comm(d.memory);
+  try {
+    enqueue_all_reduce(p, layout, device, stream, comm, deadline);
+  } catch (const Timeout& e) {
+    // The stream may still read and write the replicas' buffers, which their owners free once
+    // the error reaches them: it drains first. A timeout of the comm's own (NCCL's setup or
+    // group) is named as the collective's.
+    const bool stopped = drain(stream, comm);
+    if (!e.missing().empty()) throw;
+    device_timeout(layout, d, stopped);
+  } catch (...) {
+    drain(stream, comm);
+    throw;
+  }
+  if (!stream.synchronize_until(deadline)) device_timeout(layout, d, drain(stream, comm));
+}
+
+}  // namespace replicator::detail
