@@ -3,10 +3,12 @@
 # Python with torch, and nothing of Debian's (no MPI, Gloo, GoogleTest or LibTorch packages).
 # Builds the layers up to the runtime with the CUDA backend and tests/gpu/gpu_check.cc, runs
 # it (every check of tests/harness/device_checks.h on CUDA memory, then the all-reduce's
-# speed beside the GPU's copy bandwidth), runs a short pass of it under compute-sanitizer's
-# memcheck where that exists; then, against the Python's LibTorch, the torch layer and
-# tests/gpu/gpu_torch_check.cc (tensor collectives, the gradient reducer and batch norm on
-# CUDA tensors, and 50 steps of the classifier's network); prints one summary line.
+# speed beside the GPU's copy bandwidth), then the same checks in 2 processes sharing the GPUs
+# (device all-reduces between them over CUDA IPC, with their speed), runs a short pass of it
+# under compute-sanitizer's memcheck where that exists; then, against the Python's LibTorch,
+# the torch layer and tests/gpu/gpu_torch_check.cc (tensor collectives, the gradient reducer
+# and batch norm on CUDA tensors, and 50 steps of the classifier's network); prints one
+# summary line.
 #
 #   scripts/gpu_check.sh [OUT_DIR]     (default: ./gpu_check_out; $OUT on the device machine)
 #
@@ -38,6 +40,11 @@ torch_flags=(-DREPLICATOR_WITH_TORCH=OFF)
 if [[ -n "$torch_root" ]]; then
   torch_flags=(-DREPLICATOR_WITH_TORCH=ON "-DREPLICATOR_TORCH_ROOT=$torch_root")
 fi
+# nccl.h for the NCCL comm between hosts (compiled here, not run: one host): the wheel's.
+nccl_include="$(dirname "$torch_root")/nvidia/nccl/include"
+if [[ -n "$torch_root" && -f "$nccl_include/nccl.h" ]]; then
+  torch_flags+=("-DREPLICATOR_NCCL_INCLUDE_DIR=$nccl_include")
+fi
 echo "== build (core layers, CUDA backend, gpu_check; torch layer and gpu_torch_check" \
   "against ${torch_root:-no LibTorch})"
 cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
@@ -63,6 +70,13 @@ echo "== checks and speed"
 status=0
 "$build/gpu_check" --json "$out/gpu_check.json" | tee "$out/gpu_check.txt" || status=$?
 if [[ $status -eq 77 ]]; then exit 77; fi
+
+echo "== two processes sharing the GPUs: device all-reduces between them over CUDA IPC"
+processes_status=0
+"$build/gpu_check" --processes 2 --json "$out/gpu_check_processes.json" |
+  tee "$out/gpu_check_processes.txt" || processes_status=$?
+if [[ $processes_status -ne 0 ]]; then status=1; fi
+processes_line="2 processes: $(grep -c ': PASS' "$out/gpu_check_processes.txt") of 2 passed"
 
 memcheck="not run (no compute-sanitizer)"
 sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)"
@@ -99,7 +113,8 @@ if [[ $gpus -lt 2 ]]; then
   echo "NCCL row: not measured ($gpus GPU: NCCL refuses two ranks on one GPU)"
 fi
 end=$(date +%s)
-echo "gpu_check.sh: $(tail -1 "$out/gpu_check.txt"); memcheck $memcheck; $torch_line;" \
+echo "gpu_check.sh: $(tail -1 "$out/gpu_check.txt"); $processes_line; memcheck $memcheck;" \
+  "$torch_line;" \
   "$((end - start)) s" |
   tee "$out/summary.txt"
 exit "$status"
