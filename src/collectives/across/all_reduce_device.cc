@@ -8,7 +8,9 @@
 //      straight from the local buffers and the rows, into every local buffer;
 //   3. it sends the reduced slice to every other process, receives theirs (slices q*L + l) into
 //      its own buffer, and copies them into the process's other buffers.
-// Lanes touch disjoint slices, so the L lanes of a process run at once. Every wait on the host
+// Lanes touch disjoint slices, so the L lanes of a process run at once. Two processes of one
+// replica each summing one dtype take the comm's own all-reduce where it has one (NCCL's), whose
+// x0 + x1 is the canonical tree's. Every wait on the host
 // (the comm's handshakes) is bounded by the collective's deadline; so is the wait for the
 // stream, after which the comm is aborted.
 #include <algorithm>
@@ -93,6 +95,19 @@ void enqueue_all_reduce(const Peers& p, const ProcessLayout& layout, DeviceLane&
   const HostExchange host = [&](std::span<const SendOp> s, std::span<const RecvOp> r) {
     exchange(layout, l, s, r, deadline, d);
   };
+  // Two processes of one replica each: the library's own sum, where it has one (its x0 + x1 is
+  // the canonical tree's), over buffers of one dtype.
+  if (layout.processes == 2 && L == 1 && d.op == ReduceOp::kSum &&
+      std::all_of(mine.begin(), mine.end(),
+                  [&](const Buffer& b) { return b.dtype == mine.front().dtype; })) {
+    bool native = true;
+    for (const Buffer& b : mine) {
+      if (b.count == 0) continue;
+      native = comm.native_sum(l, on, stream, b.data, b.count, b.dtype, host, deadline);
+      if (!native) break;  // the same answer for every buffer: one dtype; nothing enqueued
+    }
+    if (native) return;
+  }
   const auto slice = [&](int owner) { return slice_of(d.count, owner, R); };
   // Calls fn(buffer, first, count, bytes) for each piece of slice `owner` of `buffers`.
   const auto each_piece = [](std::span<const Buffer> buffers,

@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "replicator/device.h"
+#include "replicator/dtype.h"
 #include "src/engines/device/device_backend.h"
 #include "src/engines/transport.h"
 
@@ -65,6 +66,18 @@ class DeviceComm {
   virtual void exchange(int lane, Device device, DeviceStream& stream,
                         std::span<const DeviceSendOp> sends, std::span<const DeviceRecvOp> recvs,
                         const HostExchange& host, Transport::Clock::time_point deadline) = 0;
+
+  // The library's own all-reduce, summing `count` elements of `dtype` at `data` in place over
+  // the processes (NCCL: ncclAllReduce), enqueued on `stream`. Only where it gives the
+  // canonical tree's bits: two processes of one replica each, whose sum x0 + x1 rounds the
+  // same in either order, over a dtype the library adds in that dtype (f32, f64, i32, i64).
+  // Returns false, doing nothing, where the comm has none or takes no such dtype (the same
+  // answer in every process). Otherwise as exchange().
+  virtual bool native_sum(int /*lane*/, Device /*device*/, DeviceStream& /*stream*/, void* /*data*/,
+                          std::size_t /*count*/, DType /*dtype*/, const HostExchange& /*host*/,
+                          Transport::Clock::time_point /*deadline*/) {
+    return false;
+  }
 
   // Gives up on the other processes: later exchanges throw Aborted, and streams waiting for a
   // peer's event are released where the device can do it (the fake device; not CUDA, whose

@@ -35,6 +35,7 @@ struct Nccl {
   decltype(&::ncclGroupEnd) group_end = nullptr;
   decltype(&::ncclSend) send = nullptr;
   decltype(&::ncclRecv) recv = nullptr;
+  decltype(&::ncclAllReduce) all_reduce = nullptr;
   decltype(&::ncclGetErrorString) error_string = nullptr;
   decltype(&::ncclGetLastError) last_error = nullptr;
 };
@@ -68,6 +69,7 @@ const Nccl& nccl() {
     load(n.group_end, "ncclGroupEnd");
     load(n.send, "ncclSend");
     load(n.recv, "ncclRecv");
+    load(n.all_reduce, "ncclAllReduce");
     load(n.error_string, "ncclGetErrorString");
     load(n.last_error, "ncclGetLastError");
     return n;
@@ -93,22 +95,10 @@ class NcclComm final : public DeviceComm {
   void exchange(int lane, Device device, DeviceStream& stream, std::span<const DeviceSendOp> sends,
                 std::span<const DeviceRecvOp> recvs, const HostExchange& host,
                 Transport::Clock::time_point deadline) override {
-    if (aborted_.load()) {
-      throw Aborted("the device transport between processes was aborted", std::nullopt);
-    }
-    Lane& s = lanes_.at(static_cast<std::size_t>(lane));
     const Nccl& api = nccl();
     const DeviceGuard guard(device.index);
-    if (s.comm.load() == nullptr) {
-      s.device = device;
-      s.comm.store(make_comm(api, host, deadline));
-    } else if (s.device != device) {
-      throw InvalidArgument("NCCL: lane " + std::to_string(lane) + " moved from " +
-                            to_string(s.device) + " to " + to_string(device) +
-                            "; a replica keeps its GPU");
-    }
+    ncclComm_t comm = lane_comm(api, lane, device, host, deadline);
     auto* cuda_stream = static_cast<cudaStream_t>(stream.native_handle());
-    ncclComm_t comm = s.comm.load();
     settle(api, comm, api.group_start(), "ncclGroupStart", deadline);
     for (const DeviceSendOp& op : sends) {
       check(api, comm, api.send(op.data, op.bytes, ncclUint8, op.peer, comm, cuda_stream),
@@ -119,6 +109,36 @@ class NcclComm final : public DeviceComm {
             "ncclRecv");
     }
     settle(api, comm, api.group_end(), "ncclGroupEnd", deadline);
+  }
+
+  bool native_sum(int lane, Device device, DeviceStream& stream, void* data, std::size_t count,
+                  DType dtype, const HostExchange& host,
+                  Transport::Clock::time_point deadline) override {
+    if (processes_ != 2) return false;
+    ncclDataType_t type = ncclFloat32;
+    switch (dtype) {
+      case DType::kF32:
+        type = ncclFloat32;
+        break;
+      case DType::kF64:
+        type = ncclFloat64;
+        break;
+      case DType::kI32:
+        type = ncclInt32;
+        break;
+      case DType::kI64:
+        type = ncclInt64;
+        break;
+      default:
+        return false;  // NCCL's half-precision sums round as it likes
+    }
+    const Nccl& api = nccl();
+    const DeviceGuard guard(device.index);
+    ncclComm_t comm = lane_comm(api, lane, device, host, deadline);
+    auto* cuda_stream = static_cast<cudaStream_t>(stream.native_handle());
+    settle(api, comm, api.all_reduce(data, data, count, type, ncclSum, comm, cuda_stream),
+           "ncclAllReduce", deadline);
+    return true;
   }
 
   void abort() noexcept override {
@@ -134,7 +154,26 @@ class NcclComm final : public DeviceComm {
     Device device;
   };
 
-  // The lane's communicator: process 0's unique id goes to every other process through `host`.
+  // The lane's communicator, made at its first use. Throws Aborted after abort(),
+  // InvalidArgument where the lane's replica moved to another GPU.
+  ncclComm_t lane_comm(const Nccl& api, int lane, Device device, const HostExchange& host,
+                       Transport::Clock::time_point deadline) {
+    if (aborted_.load()) {
+      throw Aborted("the device transport between processes was aborted", std::nullopt);
+    }
+    Lane& s = lanes_.at(static_cast<std::size_t>(lane));
+    if (s.comm.load() == nullptr) {
+      s.device = device;
+      s.comm.store(make_comm(api, host, deadline));
+    } else if (s.device != device) {
+      throw InvalidArgument("NCCL: lane " + std::to_string(lane) + " moved from " +
+                            to_string(s.device) + " to " + to_string(device) +
+                            "; a replica keeps its GPU");
+    }
+    return s.comm.load();
+  }
+
+  // A new communicator: process 0's unique id goes to every other process through `host`.
   ncclComm_t make_comm(const Nccl& api, const HostExchange& host,
                        Transport::Clock::time_point deadline) {
     ncclUniqueId id{};
