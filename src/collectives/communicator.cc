@@ -72,9 +72,9 @@ void Communicator::run_device(int me, const CollectiveDef& def, Descriptor& d,
   stream.wait_for_issued_work();
   if (engine_.total() == 1) return single_in_device(def, d, device);
   const Call call = d.call;
-  if (&def == &definition(OpKind::kAllReduce) &&
-      (layout_ ? all_reduces_in_device_across(*layout_, d.memory)
-               : reduces_in_device(d.memory, engine_.size()))) {
+  if (layout_ ? runs_in_device_across(*layout_, d.memory, static_cast<OpKind>(call.kind))
+              : &def == &definition(OpKind::kAllReduce) &&
+                    reduces_in_device(d.memory, engine_.size())) {
     return run(me, def, d, timeout, start, &device);
   }
   d.call = device.to_host(def, call, d.memory, engine_.first() + me);

@@ -61,8 +61,8 @@ class Communicator {
   // whose failure it was (the transport's Aborted knows it; else `me`), and departs.
   void fail_across(int me, const Error& e);
   // The collective after its descriptor `d` is made: everything but the recording.
-  // `device`: an all_reduce that runs in the device (device_path.h; across processes,
-  // all_reduce_in_device_across), on this replica's DeviceLane.
+  // `device`: a collective that runs in the device (device_path.h; across processes,
+  // in_device_across), on this replica's DeviceLane.
   void run(int me, const CollectiveDef& def, Descriptor& d, std::chrono::milliseconds timeout,
            LocalEngine::Clock::time_point start, DeviceLane* device = nullptr);
   // A collective on device memory: in the device, or through the host (device_path.h).

@@ -132,7 +132,7 @@ void cross_process(const Peers& p, const ProcessLayout& layout, LaneScratch& lan
   start_frames(p, layout, lane);
   try {
     if (device != nullptr) {
-      all_reduce_in_device_across(p, layout, lane, *device, deadline);
+      in_device_across(p, layout, lane, *device, deadline);
     } else {
       definition(p.mine().kind).across(p, layout, lane, deadline);
     }

@@ -87,17 +87,19 @@ struct LaneScratch {
 };
 
 class DeviceLane;
+enum class OpKind : std::uint8_t;  // table.h
 
 // Replica `local_me`'s part of collective `peers` across processes on lane `local_me`:
-// frames, the table's algorithm (or, given `device`, the all-reduce in the device below), the
-// next frames. Throws CollectiveMismatch, Timeout (naming replicas), PeerLost, Aborted.
+// frames, the table's algorithm (or, given `device`, the one in the device below), the next
+// frames. Throws CollectiveMismatch, Timeout (naming replicas), PeerLost, Aborted.
 void cross_process(const Peers& peers, const ProcessLayout& layout, LaneScratch& lane,
                    Transport::Clock::time_point deadline, DeviceLane* device = nullptr);
 
-// Whether an all_reduce on `kind` memory runs in the device across the processes of `layout`
-// (all_reduce_in_device_across): the kind has a DeviceComm, the kernel takes every replica's
-// input, and the local replicas' devices reach each other. The same answer in every process.
-bool all_reduces_in_device_across(const ProcessLayout& layout, MemoryKind kind);
+// Whether collective `op` on `kind` memory runs in the device across the processes of `layout`
+// (in_device_across): it is an all_reduce, reduce_scatter, all_gather or broadcast, the kind
+// has a DeviceComm, the kernel takes every replica's input, and the local replicas' devices
+// reach each other. The same answer in every process.
+bool runs_in_device_across(const ProcessLayout& layout, MemoryKind kind, OpKind op);
 
 // What the chooser is asked for one lane's slice of an all-reduce across processes.
 struct LaneShape {
@@ -125,12 +127,14 @@ AcrossAlgorithm all_reduce_across, all_gather_across, broadcast_across, reduce_s
     all_to_all_across, permute_across, gather_across;
 // Barrier and the end of a step: the frames alone.
 AcrossAlgorithm frames_only_across;
-// all_reduce of device buffers, in the device (all_reduce_device.cc): replica g of R owns slice g
-// of the buffers; each lane receives its slice of every other process's replicas through the
-// DeviceComm, reduces all R in the canonical tree with the device kernel (the host's bits)
-// into its process's buffers, and sends the result to the other processes.
-void all_reduce_in_device_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
-                                 DeviceLane& device, Deadline deadline);
+// A collective of device buffers (runs_in_device_across), in the device (in_device.cc): the
+// bytes move through the lane's DeviceComm. The all_reduce: replica g of R owns slice g of the
+// buffers; each lane receives its slice of every other process's replicas, reduces all R in the
+// canonical tree with the device kernel (the host's bits) into its process's buffers, and sends
+// the result to the other processes; reduce_scatter is its first half; all_gather and
+// broadcast move what their host algorithms move.
+void in_device_across(const Peers& p, const ProcessLayout& layout, LaneScratch& lane,
+                      DeviceLane& device, Deadline deadline);
 
 // ---- what the algorithms share ----------------------------------------------------------
 

@@ -1,6 +1,6 @@
 // DeviceComm: device memory moved between the processes of a job without a trip through host
 // memory, for the collectives that stay in the device across processes
-// (src/collectives/across/all_reduce_device.cc).
+// (src/collectives/across/in_device.cc).
 //
 // Two implementations: IPC between the processes of one host (CUDA IPC; POSIX shared memory
 // behind the fake device), described here, and NCCL's point-to-point between the processes of
