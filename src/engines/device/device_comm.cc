@@ -24,6 +24,20 @@ constexpr std::size_t kAlign = 256;
 constexpr std::size_t kMinHalf = 4096;
 std::size_t aligned(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
+// Whether the sends to peers `a` and `b` are the same ops (data and size) in the same order.
+bool same_sends(std::span<const DeviceSendOp> sends, int a, int b) {
+  std::size_t i = 0;
+  std::size_t j = 0;
+  for (;;) {
+    while (i < sends.size() && sends[i].peer != a) ++i;
+    while (j < sends.size() && sends[j].peer != b) ++j;
+    if (i == sends.size() || j == sends.size()) return i == sends.size() && j == sends.size();
+    if (sends[i].data != sends[j].data || sends[i].bytes != sends[j].bytes) return false;
+    ++i;
+    ++j;
+  }
+}
+
 class IpcComm final : public DeviceComm {
  public:
   IpcComm(MemoryKind kind, int rank, int processes, int lanes)
@@ -59,22 +73,38 @@ class IpcComm final : public DeviceComm {
       block[static_cast<std::size_t>(op.peer)] += op.bytes;
       to[static_cast<std::size_t>(op.peer)] = true;
     }
+    // A peer that is sent exactly what an earlier one is sent (a broadcast, an all-gather, the
+    // all-reduce's results) reads that one's block: the bytes are copied once.
+    std::vector<int>& same_as = s.same_as;
     std::size_t total = 0;
-    for (const std::size_t b : block) total += aligned(b);
-    if (s.staging == nullptr || total > s.half) grow(s, total);
-    const std::size_t base = (s.exchanges++ & 1) * s.half;
-    std::size_t at = base;
     for (int q = 0; q < processes_; ++q) {
-      Ready& r = s.out[static_cast<std::size_t>(q)];
+      const auto i = static_cast<std::size_t>(q);
+      same_as[i] = q;
+      for (int e = 0; e < q && same_as[i] == q; ++e) {
+        const auto k = static_cast<std::size_t>(e);
+        if (to[i] && to[k] && same_as[k] == e && same_sends(sends, e, q)) same_as[i] = e;
+      }
+      if (same_as[i] == q) total += aligned(block[i]);
+    }
+    if (s.staging == nullptr || total > s.half) grow(s, total);
+    std::size_t at = (s.exchanges++ & 1) * s.half;
+    for (int q = 0; q < processes_; ++q) {
+      const auto i = static_cast<std::size_t>(q);
+      Ready& r = s.out[i];
       r.memory = s.staging_handle;
-      r.offset = at;
-      r.bytes = block[static_cast<std::size_t>(q)];
-      at += aligned(r.bytes);
+      r.bytes = block[i];
+      if (same_as[i] != q) {
+        r.offset = s.out[static_cast<std::size_t>(same_as[i])].offset;
+      } else {
+        r.offset = at;
+        at += aligned(r.bytes);
+      }
     }
     std::vector<std::size_t>& filled = s.filled;
     std::fill(filled.begin(), filled.end(), 0);
     for (const DeviceSendOp& op : sends) {
       const auto q = static_cast<std::size_t>(op.peer);
+      if (same_as[q] != op.peer) continue;
       stream.copy(static_cast<std::byte*>(s.staging) + s.out[q].offset + filled[q], op.data,
                   op.bytes);
       filled[q] += op.bytes;
@@ -147,6 +177,7 @@ class IpcComm final : public DeviceComm {
     std::vector<std::pair<std::uint64_t, std::unique_ptr<DeviceEvent>>> stale_events;
     std::vector<Ready> out, in;
     std::vector<std::size_t> block, filled;
+    std::vector<int> same_as;  // by peer: the peer whose block it reads (itself: its own)
     std::vector<SendOp> host_sends;
     std::vector<RecvOp> host_recvs;
 
@@ -160,6 +191,7 @@ class IpcComm final : public DeviceComm {
       in.assign(n, {});
       block.assign(n, 0);
       filled.assign(n, 0);
+      same_as.assign(n, 0);
     }
   };
 

@@ -10,7 +10,8 @@
 // over the host transport where its bytes are (a handshake of one small message each way,
 // which carries the handles, so a staging buffer that grew is opened anew), and enqueues, for
 // each sending peer, a wait for its event and the copies out of its staging into the receives.
-// The data never leave the devices: two device copies per message, none through the host.
+// Sends that are the same for several peers (a broadcast, an all-gather) are staged once. The
+// data never leave the devices: two device copies per message, none through the host.
 #pragma once
 
 #include <cstddef>
