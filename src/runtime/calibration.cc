@@ -159,11 +159,21 @@ void share(const ProcessLayout& layout, std::uint64_t* flag, TransportCosts* cos
   *costs = message.costs;
 }
 
-TransportCosts measure(const ProcessLayout& layout, std::chrono::milliseconds timeout) {
+TransportCosts measure(const ProcessLayout& layout, std::chrono::milliseconds timeout,
+                       std::size_t largest) {
   TransportCosts c;
+  std::size_t last = 0;  // the largest size measured
   for (std::size_t i = 0; i < kCostBytes.size(); ++i) {
+    if (i > 0 && kCostBytes[i] > largest) {
+      // Not measured: the last measured size's times, scaled by bytes.
+      const double scale =
+          static_cast<double>(kCostBytes[i]) / static_cast<double>(kCostBytes[last]);
+      for (const auto& [name, times] : rows_of(c)) (*times)[i] = (*times)[last] * scale;
+      continue;
+    }
     time_at(layout, kCostBytes[i], timeout, &c.exchange_s[i], &c.stepped_s[i], &c.native_s[i],
             &c.reduce_s[i]);
+    last = i;
   }
   return c;
 }
@@ -316,7 +326,7 @@ bool needs_calibration(const ProcessLayout& layout) {
 }
 
 Calibration calibrate(const ProcessLayout& layout, const std::string& folder,
-                      std::chrono::milliseconds timeout) {
+                      std::chrono::milliseconds timeout, std::size_t largest) {
   Calibration result;
   if (!needs_calibration(layout)) return result;
   const std::string key = calibration_key(layout);
@@ -334,7 +344,7 @@ Calibration calibrate(const ProcessLayout& layout, const std::string& folder,
   share(layout, &measure_now, &result.costs, timeout);
   if (measure_now == 2) return Calibration{};
   if (measure_now == 0) return result;
-  result.costs = measure(layout, timeout);
+  result.costs = measure(layout, timeout, largest);
   result.measured = true;
   if (layout.rank == 0) {
     keep(result.path, format_calibration(key, result.costs, std::chrono::system_clock::now()));
