@@ -14,23 +14,29 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 full=(-DREPLICATOR_BUILD_TESTS=ON -DREPLICATOR_BUILD_APPS=ON -DREPLICATOR_WITH_MPI=ON
   -DREPLICATOR_WITH_GLOO=ON -DREPLICATOR_WITH_TORCH=ON -DREPLICATOR_BUILD_PYTHON=ON
   -DREPLICATOR_SANITIZE=)
+# Each stage's title says the minutes and seconds since the start (the install included).
+stage() {
+  local at=$SECONDS
+  printf '== %s (at %dm%02ds)\n' "$1" $((at / 60)) $((at % 60))
+}
 # Every ctest call fails when it finds no test.
 run_ctest() { ctest --no-tests=error --output-on-failure "$@"; }
 
-echo "== release build and tests"
+stage "release build"
 "$root/scripts/build.sh" "$root/build" "${full[@]}"
-echo "== lint: line length, clang-format (whole tree), clang-tidy (the layers below LibTorch)"
+stage "lint: line length, clang-format (whole tree), clang-tidy (the layers below LibTorch)"
 LINT_ALL=1 LINT_TIDY=core LINT_JOBS=2 "$root/scripts/lint.sh" "$root/build"
-echo "== links: every relative link and image in README.md, docs/, apps/ and bench/ resolves"
+stage "links: every relative link and image in README.md, docs/, apps/ and bench/ resolves"
 "$root/scripts/check_links.sh"
+stage "unit tests"
 run_ctest --test-dir "$root/build" -j2 -L unit
-echo "== multi-process tests (mpi, gloo); the slow ones: scripts/slow_tests.sh"
+stage "multi-process tests (mpi, gloo); the slow ones: scripts/slow_tests.sh"
 run_ctest --test-dir "$root/build" -L multiproc -LE slow
 
-echo "== install, and a project built against the installed package"
+stage "install, and a project built against the installed package"
 "$root/tests/install/consumer.sh" "$root/build"
 
-echo "== ThreadSanitizer: core tests"
+stage "ThreadSanitizer: core tests"
 core_only=(-DREPLICATOR_BUILD_TESTS=ON -DREPLICATOR_BUILD_APPS=OFF -DREPLICATOR_WITH_MPI=OFF
   -DREPLICATOR_WITH_GLOO=OFF -DREPLICATOR_WITH_TORCH=OFF -DREPLICATOR_WITH_GRPC=OFF
   -DREPLICATOR_WITH_CUDA=OFF)
@@ -41,11 +47,12 @@ BUILD_TYPE=RelWithDebInfo "$root/scripts/build.sh" "$root/build-tsan" \
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/tests/tsan.supp" \
   run_ctest --test-dir "$root/build-tsan" -j2 -L unit -E '^rl_conformance_'
 
-echo "== AddressSanitizer: core tests"
+stage "AddressSanitizer: core tests"
 BUILD_TYPE=RelWithDebInfo "$root/scripts/build.sh" "$root/build-asan" \
   -DREPLICATOR_SANITIZE=address "${core_only[@]}"
 ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" LSAN_OPTIONS="suppressions=$root/tests/lsan.supp" \
   run_ctest --test-dir "$root/build-asan" -j2 -L unit
 
-echo "== fuzzing: each parser's libFuzzer target for 30 s (tests/fuzz)"
+stage "fuzzing: each parser's libFuzzer target for 30 s (tests/fuzz)"
 "$root/scripts/fuzz.sh" 30
+stage "done"
