@@ -135,8 +135,8 @@ struct Live {
   std::vector<Backend*> backends;
 };
 Live& live() {
-  static Live* const l = new Live;  // never destroyed: backends may outlive static destructors
-  return *l;
+  static Live* const kLive = new Live;  // never destroyed: backends may outlive static destructors
+  return *kLive;
 }
 
 }  // namespace
@@ -148,7 +148,7 @@ Work::Work(int rank, c10d::OpType type, const char* title, std::vector<at::Tenso
           c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
 }
 
-void Work::complete(std::exception_ptr error) {
+void Work::complete(const std::exception_ptr& error) {
   finish(error);
   if (error) {
     future_->setError(error);

@@ -31,7 +31,7 @@ ErrorClasses& error_classes() {
   return *classes;
 }
 
-py::object make_error(py::module_& m, const char* name, py::tuple bases, const char* doc) {
+py::object make_error(py::module_& m, const char* name, const py::tuple& bases, const char* doc) {
   py::dict attributes;
   attributes["__doc__"] = doc;
   attributes["__module__"] = "replicator";
@@ -68,7 +68,8 @@ void bind_errors(py::module_& m) {
                        "The rendezvous store could not be reached, or an operation on it failed.");
   // Registered for every binding that shares pybind11's internals with torch's, so that a
   // Work's wait() raises these classes too.
-  py::register_exception_translator([](std::exception_ptr error) {
+  // pybind11 keeps translators as void (*)(std::exception_ptr): the parameter is by value.
+  py::register_exception_translator([](std::exception_ptr error) {  // NOLINT(performance-*)
     if (!error) return;
     const ErrorClasses& c = error_classes();
     try {

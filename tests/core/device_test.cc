@@ -143,7 +143,7 @@ TEST(DeviceMemory, BadDevicesAreInvalidArguments) {
   EXPECT_EQ(device_count(MemoryKind::kFake), 64);
   if (device_count(MemoryKind::kCuda) == 0) {
     try {
-      DeviceMemory(Device{MemoryKind::kCuda, 0}, 8);
+      const DeviceMemory memory(Device{MemoryKind::kCuda, 0}, 8);
       FAIL() << "cuda:0 allocated without a GPU";
     } catch (const InvalidArgument& e) {
       EXPECT_HAS_SUBSTR(e.what(), "cuda:0 does not exist");
@@ -280,7 +280,7 @@ TEST(DeviceCollectivesOnFake, MixedMemoryInOneCallIsAnInvalidArgument) {
 // Across processes (the fake network): device buffers go through the host, and an all_reduce
 // of P x L replicas gives the bits of one process of P·L replicas.
 TEST(DeviceCollectivesOnFake, AcrossProcessesGivesTheOneProcessBits) {
-  constexpr int P = 2, L = 2;
+  constexpr int kP = 2, kL = 2;
   constexpr std::size_t kCount = 5000;
   const auto step_result = [&](ReplicaContext& ctx) {
     std::vector<std::byte> host =
@@ -296,20 +296,21 @@ TEST(DeviceCollectivesOnFake, AcrossProcessesGivesTheOneProcessBits) {
     return device.read();
   };
   Config one;
-  one.local_replicas = P * L;
+  one.local_replicas = kP * kL;
   const auto expected = Replicator(one).run(step_result)[0];
 
-  auto network = std::make_shared<testing::FakeNetwork>(P);
-  std::vector<std::vector<std::byte>> got(P * L);
-  const auto errors = harness::run_threads(P, [&](int rank) {
-    Config config = device_checks::config_for(MemoryKind::kFake, L, 2);
+  auto network = std::make_shared<testing::FakeNetwork>(kP);
+  std::vector<std::vector<std::byte>> got(static_cast<std::size_t>(kP) * kL);
+  const auto errors = harness::run_threads(kP, [&](int rank) {
+    Config config = device_checks::config_for(MemoryKind::kFake, kL, 2);
     config.transport.calibration = "off";
-    auto repl = detail::make_replicator(config, network->endpoint(rank, L));
+    auto repl = detail::make_replicator(config, network->endpoint(rank, kL));
     const auto results = repl->run(step_result);
-    for (int l = 0; l < L; ++l) got[static_cast<std::size_t>(rank * L + l)] = results[l];
+    for (int l = 0; l < kL; ++l)
+      got[(static_cast<std::size_t>(rank) * kL) + static_cast<std::size_t>(l)] = results[l];
   });
   for (const auto& e : errors) ASSERT_FALSE(e) << harness::describe(e);
-  for (int r = 0; r < P * L; ++r) EXPECT_EQ(got[r], expected) << "replica " << r;
+  for (int r = 0; r < kP * kL; ++r) EXPECT_EQ(got[r], expected) << "replica " << r;
 }
 
 }  // namespace

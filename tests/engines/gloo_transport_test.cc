@@ -56,6 +56,7 @@
 
 #include "replicator/errors.h"
 #include "replicator/rendezvous/store.h"
+#include "src/base/launch_env.h"
 #include "tests/harness/harness.h"
 #include "tests/harness/run_capture.h"
 
@@ -75,7 +76,7 @@ std::string self_exe() {
 }
 
 std::string env_or(const char* name, const std::string& fallback) {
-  const char* value = std::getenv(name);
+  const char* value = env(name);
   return value != nullptr && *value != '\0' ? std::string(value) : fallback;
 }
 
@@ -263,7 +264,7 @@ TEST(Worker, NativeAllReduceSums) {
     std::vector<float> data(count);
     for (std::size_t i = 0; i < count; ++i) data[i] = static_cast<float>((t->rank() + 1) * (i % 7));
     native_of(*t).native_all_reduce_f32(data.data(), count);
-    const float ranks = static_cast<float>(p * (p + 1) / 2);
+    const float ranks = static_cast<float>(p * (p + 1)) / 2;
     for (std::size_t i = 0; i < count; ++i) {
       ASSERT_EQ(data[i], ranks * static_cast<float>(i % 7)) << "count " << count << " at " << i;
     }
@@ -521,9 +522,9 @@ TEST(Worker, BadStoresAreConfigOrStoreErrors) {
 }
 
 int run_worker() {
-  const char* rank = std::getenv("REPLICATOR_RANK");
-  const char* size = std::getenv("REPLICATOR_WORLD_SIZE");
-  const char* store = std::getenv("REPLICATOR_STORE");
+  const char* rank = env("REPLICATOR_RANK");
+  const char* size = env("REPLICATOR_WORLD_SIZE");
+  const char* store = env("REPLICATOR_STORE");
   if (rank == nullptr || size == nullptr || store == nullptr) {
     std::fprintf(stderr,
                  "gloo_transport_test: REPLICATOR_RANK, REPLICATOR_WORLD_SIZE and "
@@ -625,6 +626,7 @@ TEST(PeerLost, KilledProcessIsReportedToItsPeer) {
     env.push_back("REPLICATOR_RANK=" + std::to_string(rank));
     env.push_back(std::string("REPLICATOR_STORE=file://") + dir);
     std::vector<char*> envp;
+    envp.reserve(env.size() + 1);
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
     std::string arg = "--peer-lost-worker";
@@ -683,6 +685,7 @@ TEST(Redis, WorkersMeetThroughRedisAndItsLossIsAClearError) {
                                    "127.0.0.1",    "--save",      "",        "--appendonly",
                                    "no",           "--daemonize", "no"};
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   pid_t redis = -1;

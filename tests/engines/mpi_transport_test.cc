@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "replicator/errors.h"
+#include "src/base/launch_env.h"
 #include "src/engines/native.h"
 #include "tests/harness/harness.h"
 
@@ -63,7 +64,7 @@ long mismatches(const std::vector<std::uint8_t>& got, int src, int dst, int lane
 // The transport under test: small messages through shared memory unless
 // REPLICATOR_SHARED_MEMORY=off (the test runs both ways).
 std::unique_ptr<Transport> make(int lanes, std::size_t max_message = kMpiMaxMessage) {
-  const char* shared = std::getenv("REPLICATOR_SHARED_MEMORY");
+  const char* shared = env("REPLICATOR_SHARED_MEMORY");
   return make_mpi_transport(
       {.lanes = lanes,
        .max_message_bytes = max_message,
@@ -98,7 +99,7 @@ TEST(MpiTransport, Basics) {
       native_of(*t).native_all_reduce(0, &one, 1, DType::kF32, ReduceOp::kMax, after(kLong)),
       InvalidArgument);
   // Where the processes share this host's memory, the cores of their threads too.
-  const char* shared = std::getenv("REPLICATOR_SHARED_MEMORY");
+  const char* shared = env("REPLICATOR_SHARED_MEMORY");
   const bool rings = shared == nullptr || std::string_view(shared) != "off";
   EXPECT_EQ(traits.host_cores != nullptr, rings);
   EXPECT_EQ(traits.shared_step_bytes > 0, rings);
@@ -205,7 +206,8 @@ TEST(MpiTransport, NativeAllReduce) {
   for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(t->rank() + i);
   native_of(*t).native_all_reduce_f32(data.data(), data.size());
   for (std::size_t i = 0; i < data.size(); ++i) {
-    ASSERT_EQ(data[i], static_cast<float>(n * i + n * (n - 1) / 2)) << "element " << i;
+    ASSERT_EQ(data[i], static_cast<float>(n * i) + static_cast<float>(n * (n - 1)) / 2)
+        << "element " << i;
   }
   native_of(*t).native_all_reduce_f32(nullptr, 0);
 }
@@ -298,7 +300,7 @@ TEST(MpiTransport, TimeoutNamesMissingPeer) {
 }
 
 double median_ns(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
   return v[v.size() / 2];
 }
 
@@ -352,7 +354,7 @@ TEST(MpiTransport, DISABLED_LatencyVsSendrecv) {
 
 int rank_from_env() {
   for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}) {
-    if (const char* value = std::getenv(name)) return std::atoi(value);
+    if (const char* value = env(name)) return std::atoi(value);
   }
   return 0;
 }

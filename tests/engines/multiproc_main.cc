@@ -297,7 +297,8 @@ std::vector<Case> mismatch_cases() {
 int local_mismatch(const Config& config) {
   int failures = 0;
   int index = 0;
-  for (const auto& [name, call] : mismatch_cases()) {
+  for (const auto& [name, its_call] : mismatch_cases()) {
+    const auto& call = its_call;  // a variable, not a binding: the lambdas below capture it
     Config c = config;
     c.gloo.job = config.gloo.job + "-mismatch-" + std::to_string(index++);
     Replicator repl(c);
