@@ -1,5 +1,8 @@
 #include "src/engines/gloo/gloo_store.h"
 
+#include <hiredis/hiredis.h>
+#include <sys/time.h>
+
 #include "src/base/text.h"
 #include "src/engines/gloo/gloo.h"
 #include "src/rendezvous/redis_address.h"
@@ -13,6 +16,15 @@ namespace {
 }
 
 }  // namespace
+
+void reach_redis(const std::string& host, int port) {
+  const timeval connect_timeout{.tv_sec = 2, .tv_usec = 0};
+  redisContext* context = redisConnectWithTimeout(host.c_str(), port, connect_timeout);
+  if (context == nullptr) throw std::runtime_error("cannot allocate a Redis context");
+  const std::string why = context->err != 0 ? context->errstr : "";
+  redisFree(context);
+  if (!why.empty()) throw std::runtime_error("connecting to Redis: " + why);
+}
 
 GlooStoreUrl parse_gloo_store_url(const std::string& url) {
   GlooStoreUrl parsed;

@@ -52,6 +52,12 @@ class FileStore final : public gloo::rendezvous::FileStore {
   using gloo::rendezvous::FileStore::FileStore;
 };
 
+// Connects to the Redis at host:port and hangs up. Gloo's RedisStore keeps hiredis's context
+// when its connection fails (its constructor throws without freeing it): a Redis nobody
+// answers is found here first, so that the failure leaks nothing. Blocks up to 2 s to
+// connect; throws std::runtime_error with hiredis's reason.
+void reach_redis(const std::string& host, int port);
+
 // The job's store: Gloo's FileStore or RedisStore, or a caller's KeyValueStore, behind a mutex
 // (Gloo's are not thread-safe),
 // with every wait bounded by the rendezvous deadline (Gloo's own get() waits a fixed 30 s)
@@ -66,6 +72,7 @@ class GlooStore final : public gloo::rendezvous::Store {
   GlooStore(GlooStoreUrl url, std::string job) : url_(std::move(url)), job_(std::move(job)) {
     if (url_.redis) {
       try {
+        reach_redis(url_.host, url_.port);
         redis_ = std::make_unique<gloo::rendezvous::RedisStore>(url_.host, url_.port);
       } catch (...) {
         throw rendezvous::StoreError(
